@@ -1,0 +1,78 @@
+"""Speed measurement of any OpenAI-compatible server: a cold prefill (TTFT) ladder and batch-1 decode,
+with warm-up, repeats to a target spread, prefix-cache defeat, NVML state, and a noise-aware rule
+for calling two configurations different.
+
+Usage (the autoresearch loop):
+    from bench import BenchPlan, Endpoint, run_bench, compare, noise_floor
+    result = run_bench(BenchPlan(prefill_tokens=(8192,), decode_context_tokens=(1024, 8192)),
+                       Endpoint(url=server.url))
+    store(result.to_dict())                                   # JSON-able, for results.db
+    floor = noise_floor(first_launch.samples(), second_launch.samples())
+    verdicts = compare(baseline.samples(), result.samples(), noise_floor=floor)
+
+CLI: python -m bench --url URL [--prefill 1024,8192,32768] [--decode 1024,8192] [--json OUT]
+"""
+
+from bench.client import Endpoint
+from bench.corpus import KINDS, PromptKind
+from bench.errors import (
+    BenchConfigError,
+    BenchError,
+    CorpusError,
+    ProtocolError,
+    ServerRejected,
+    ServerUnreachable,
+)
+from bench.ladder import run_bench, validate_run
+from bench.plan import BenchPlan
+from bench.records import (
+    BenchResult,
+    DecodePoint,
+    GpuIdentity,
+    GpuWindow,
+    PrefillPoint,
+    RequestResult,
+    RequestSpec,
+    ServerProfile,
+)
+from bench.stats import (
+    Comparison,
+    DifferenceRule,
+    NoiseFloor,
+    Summary,
+    compare,
+    compare_one,
+    noise_floor,
+    summarize,
+)
+
+__all__ = [
+    "KINDS",
+    "BenchConfigError",
+    "BenchError",
+    "BenchPlan",
+    "BenchResult",
+    "Comparison",
+    "CorpusError",
+    "DecodePoint",
+    "DifferenceRule",
+    "Endpoint",
+    "GpuIdentity",
+    "GpuWindow",
+    "NoiseFloor",
+    "PrefillPoint",
+    "PromptKind",
+    "ProtocolError",
+    "RequestResult",
+    "RequestSpec",
+    "ServerProfile",
+    "ServerRejected",
+    "ServerUnreachable",
+    "Summary",
+    "compare",
+    "compare_one",
+    "noise_floor",
+    "run_bench",
+    "summarize",
+    "validate_run",
+]

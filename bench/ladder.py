@@ -1,0 +1,405 @@
+"""Orchestration: probe the server, warm it up, then run the prefill and decode ladders.
+
+Measurement hygiene lives here: warm-up requests are discarded; each point repeats until the
+median's interval is tight or the cap is reached; each run is checked (prefix-cache hit, short
+completion, failure) and an invalid run is kept as data but never averaged in.
+
+Usage:
+    result = run_bench(BenchPlan(prefill_tokens=(1024, 8192)), Endpoint(url="http://127.0.0.1:18020"))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import platform
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from bench.client import Client, Endpoint, build_body
+from bench.corpus import PromptKind
+from bench.errors import BenchConfigError, ProtocolError, ServerRejected, ServerUnreachable
+from bench.plan import BenchPlan
+from bench.prompts import Prompt, PromptSource, TokenScale
+from bench.records import (
+    BenchResult,
+    DecodePoint,
+    PrefillPoint,
+    Purpose,
+    RequestResult,
+    RequestSpec,
+    ServerProfile,
+)
+from bench.stats import is_settled, summarize
+from bench.telemetry import GpuMonitor
+
+__all__ = ["run_bench", "validate_run"]
+
+log = logging.getLogger(__name__)
+
+_PROBE_TOKENS = 8  # completion length of the capability probe
+_SMALL_PROBE_CHARS = 200
+_OPTIONAL_FIELDS = ("ignore_eos", "stream_options")
+
+
+def validate_run(
+    result: RequestResult, *, expected_completion_tokens: int | None, max_cached_tokens: int
+) -> str | None:
+    """Why a run must not count, or None. `expected_completion_tokens` None: at least one."""
+    if not result.ok:
+        return f"request failed: {result.error}"
+    if result.prompt_tokens is None or result.completion_tokens is None:
+        return "the stream carried no usage (prompt_tokens, completion_tokens)"
+    if result.cached_tokens is not None and result.cached_tokens > max_cached_tokens:
+        return f"prefix-cache hit: {result.cached_tokens} of {result.prompt_tokens} prompt tokens cached"
+    if result.ttft_s is None:
+        return "no token arrived"
+    if expected_completion_tokens is None:
+        if result.completion_tokens < 1:
+            return "no completion token"
+    elif result.completion_tokens != expected_completion_tokens:
+        return (
+            f"completion of {result.completion_tokens} tokens, expected exactly {expected_completion_tokens} "
+            f"(finish_reason {result.finish_reason!r})"
+        )
+    return None
+
+
+def run_bench(plan: BenchPlan, endpoint: Endpoint) -> BenchResult:
+    """Measure `endpoint` as `plan` says.
+
+    Raises:
+        BenchConfigError: the plan does not fit the server (e.g. a length over its context window).
+        ServerUnreachable: the server stopped answering.
+        ServerRejected, ProtocolError: the server refused the set-up or does not speak OpenAI.
+    """
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    monitor = GpuMonitor.open(plan.gpu_index)
+    try:
+        with Client(endpoint, timeout_s=plan.request_timeout_s) as client:
+            session = _Session(plan, client, PromptSource(plan.salt), monitor)
+            session.set_up()
+            prefill = tuple(session.measure_prefill(t) for t in plan.prefill_tokens)
+            decode = tuple(
+                session.measure_decode(c, k) for c in plan.decode_context_tokens for k in plan.decode_kinds
+            )
+    finally:
+        if monitor is not None:
+            monitor.close()
+    return BenchResult(
+        plan=plan.to_dict(),
+        server=session.profile,
+        gpu=monitor.identity if monitor is not None else None,
+        host=_host_info(),
+        started_at=started,
+        finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        probes=tuple(session.probes),
+        prefill=prefill,
+        decode=decode,
+    )
+
+
+def _host_info() -> dict[str, str]:
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "httpx": httpx.__version__,
+    }
+
+
+class _Session:
+    """State of one run: the server profile, the token scale, the request serial."""
+
+    def __init__(self, plan: BenchPlan, client: Client, source: PromptSource, monitor: GpuMonitor | None):
+        self.plan = plan
+        self.client = client
+        self.source = source
+        self.monitor = monitor
+        self.probes: list[RequestResult] = []
+        self.profile: ServerProfile
+        self._model = ""
+        self._fields: dict[str, bool] = dict.fromkeys(_OPTIONAL_FIELDS, True)
+        self._serial = 0
+        self._scale = TokenScale(overhead_tokens=0, chars_per_token=3.5)
+
+    # ---- set-up: model, capabilities, token scale, global warm-up ----
+
+    def set_up(self) -> None:
+        models = self.client.get_json("/v1/models") or {}
+        entry = self._pick_model(models)
+        self._model = entry["id"]
+        info = self.client.get_json("/v1/server_info", missing_ok=True)
+        small = self._negotiate()
+        large = self._send_probe(self._probe_chars(), max_tokens=1)
+        if not large.ok or large.prompt_tokens is None:
+            raise ProtocolError(f"the sizing probe failed: {large.error or 'no usage.prompt_tokens'}")
+        self._scale = TokenScale.from_probes(
+            (small.spec.prompt_chars, small.prompt_tokens or 0),
+            (large.spec.prompt_chars, large.prompt_tokens),
+        )
+        max_len = entry.get("max_model_len") or entry.get("max_context_length") or entry.get("context_length")
+        self.profile = ServerProfile(
+            url=self.client.endpoint.url,
+            model=self._model,
+            api=self.plan.api,
+            max_model_len=int(max_len) if isinstance(max_len, int | float) else None,
+            accepts_ignore_eos=self._fields["ignore_eos"],
+            accepts_stream_options=self._fields["stream_options"],
+            reports_cached_tokens=small.cached_tokens is not None,
+            reports_timings=small.server_prefill_s is not None,
+            server_info=info,
+        )
+        self._check_fits()
+        log.info(
+            "server %s model %s: ignore_eos %s, timings %s, cached_tokens %s, %.2f chars/token",
+            self.profile.url,
+            self._model,
+            self.profile.accepts_ignore_eos,
+            self.profile.reports_timings,
+            self.profile.reports_cached_tokens,
+            self._scale.chars_per_token,
+        )
+        for _ in range(self.plan.warmup_requests):
+            # discard: the first requests after load include kernel autotuning and allocator growth
+            self._warm_up()
+
+    def _pick_model(self, models: dict[str, Any]) -> dict[str, Any]:
+        data = models.get("data")
+        if not isinstance(data, list) or not data or not all(isinstance(m, dict) and "id" in m for m in data):
+            raise ProtocolError(f"GET /v1/models listed no models: {models!r:.200}")
+        wanted = self.client.endpoint.model
+        if wanted is None:
+            return data[0]
+        for m in data:
+            if m["id"] == wanted:
+                return m
+        raise BenchConfigError(
+            f"--model {wanted!r} is not served here; the server lists {[m['id'] for m in data]}"
+        )
+
+    def _negotiate(self) -> RequestResult:
+        """Send the first probe with every optional field, dropping the ones the server refuses."""
+        while True:
+            result = self._send_probe(_SMALL_PROBE_CHARS, max_tokens=_PROBE_TOKENS)
+            if result.ok:
+                break
+            refused = [
+                f
+                for f in _OPTIONAL_FIELDS
+                if self._fields[f] and result.http_status in (400, 422) and f in (result.error or "")
+            ]
+            if not refused:
+                raise ServerRejected(
+                    f"the first request failed: {result.error}", status=result.http_status or 0
+                )
+            for f in refused:
+                log.info("server refuses the %s field; measuring without it", f)
+                self._fields[f] = False
+        if result.prompt_tokens is None or result.completion_tokens is None:
+            raise ProtocolError(
+                "the server's stream carries no usage (prompt_tokens, completion_tokens); bench needs it to "
+                "size prompts and to check output lengths"
+            )
+        if result.completion_tokens > _PROBE_TOKENS:
+            raise ProtocolError(
+                f"asked for max_tokens={_PROBE_TOKENS}, got {result.completion_tokens} tokens: the server "
+                "ignores max_tokens"
+            )
+        return result
+
+    def _probe_chars(self) -> int:
+        lengths = (*self.plan.prefill_tokens, *self.plan.decode_context_tokens)
+        return max(2 * _SMALL_PROBE_CHARS, min(8000, int(min(lengths) * 2.5)))
+
+    def _check_fits(self) -> None:
+        limit = self.profile.max_model_len
+        if limit is None:
+            return
+        for target in self.plan.prefill_tokens:
+            if target + 1 > limit:
+                raise BenchConfigError(
+                    f"prefill {target} needs {target + 1} tokens of context but the server's max_model_len is "
+                    f"{limit}: lower --prefill or give the server a larger context"
+                )
+        for target in self.plan.decode_context_tokens:
+            if target + self.plan.decode_tokens > limit:
+                raise BenchConfigError(
+                    f"decode at {target} needs {target + self.plan.decode_tokens} tokens of context but the "
+                    f"server's max_model_len is {limit}: lower --decode or --decode-tokens"
+                )
+
+    def _send_probe(self, chars: int, *, max_tokens: int) -> RequestResult:
+        prompt = self.source.probe(chars, self._next_serial())
+        result = self._send("probe", "probe", prompt, None, max_tokens)
+        self.probes.append(result)
+        return result
+
+    def _warm_up(self) -> None:
+        kind = self.plan.decode_kinds[0]
+        target = min((*self.plan.decode_context_tokens, *self.plan.prefill_tokens))
+        prompt = self.source.decode(kind, self._scale.chars_for(target), self._next_serial())
+        max_tokens = self.plan.decode_tokens if self.plan.decode_context_tokens else 1
+        result = self._send("warmup", "warmup", prompt, target, max_tokens)
+        self._raise_if_down(result, "warm-up")
+        self.probes.append(result)
+
+    # ---- the ladders ----
+
+    def measure_prefill(self, target: int) -> PrefillPoint:
+        """Cold TTFT at `target` prompt tokens, one token out; unique prompts, so nothing cached."""
+        warmups, runs, settled = self._measure_point(
+            key=f"prefill@{target}",
+            target=target,
+            make_prompt=lambda chars, serial: self.source.prefill(chars, serial),
+            max_tokens=1,
+            expected_completion_tokens=None,
+            rate="prefill_tok_per_s_client",
+            target_rel_ci=self.plan.prefill_target_rel_ci,
+        )
+        return PrefillPoint(target_tokens=target, warmups=warmups, runs=runs, settled=settled)
+
+    def measure_decode(self, context: int, kind: PromptKind) -> DecodePoint:
+        """Greedy decode of exactly plan.decode_tokens after a natural `kind` prompt of `context` tokens."""
+        n = self.plan.decode_tokens
+        warmups, runs, settled = self._measure_point(
+            key=f"decode@{context}/{kind}",
+            target=context,
+            make_prompt=lambda chars, serial: self.source.decode(kind, chars, serial),
+            max_tokens=n,
+            expected_completion_tokens=n,
+            rate="decode_tok_per_s_client",
+            target_rel_ci=self.plan.decode_target_rel_ci,
+        )
+        return DecodePoint(
+            context_tokens=context, kind=kind, output_tokens=n, warmups=warmups, runs=runs, settled=settled
+        )
+
+    def _measure_point(
+        self,
+        *,
+        key: str,
+        target: int,
+        make_prompt: Callable[[int, int], Prompt],
+        max_tokens: int,
+        expected_completion_tokens: int | None,
+        rate: str,
+        target_rel_ci: float,
+    ) -> tuple[tuple[RequestResult, ...], tuple[RequestResult, ...], bool]:
+        plan = self.plan
+        scale = self._scale  # the run-wide fit; refined below from this point's own prompts
+        seen: list[tuple[int, int]] = []  # (chars, prompt_tokens) at this point
+        warmups: list[RequestResult] = []
+        # discard: one warm-up per point at least (a new length allocates and tunes); they also fit the size
+        while True:
+            prompt = make_prompt(scale.chars_for(target), self._next_serial())
+            result = self._send("warmup", key, prompt, target, max_tokens)
+            self._raise_if_down(result, key)
+            warmups.append(result)
+            scale = self._refit(scale, seen, prompt, result)
+            off = _size_error(result, target)
+            sized = off is not None and off <= plan.size_tolerance_rel
+            attempts_left = len(warmups) < max(plan.warmups_per_point, plan.max_size_attempts)
+            if len(warmups) >= plan.warmups_per_point and (sized or not attempts_left):
+                break
+        runs: list[RequestResult] = []
+        settled = False
+        while len(runs) < plan.max_repeats:
+            prompt = make_prompt(scale.chars_for(target), self._next_serial())
+            result = self._send("measure", key, prompt, target, max_tokens)
+            self._raise_if_down(result, key)
+            reason = validate_run(
+                result,
+                expected_completion_tokens=expected_completion_tokens,
+                max_cached_tokens=plan.max_cached_tokens,
+            )
+            if reason:
+                log.warning("%s run %d invalid: %s", key, len(runs) + 1, reason)
+            runs.append(dataclasses.replace(result, invalid_reason=reason))
+            scale = self._refit(scale, seen, prompt, result)
+            values = [v for r in runs if r.is_valid and (v := getattr(r, rate)) is not None]
+            summary = summarize(values) if values else None
+            if is_settled(summary, min_n=plan.min_repeats, target_rel_ci=target_rel_ci):
+                settled = True
+                break
+        self._log_point(key, runs, rate, settled)
+        return tuple(warmups), tuple(runs), settled
+
+    # ---- one request ----
+
+    def _send(
+        self, purpose: Purpose, point: str, prompt: Prompt, target: int | None, max_tokens: int
+    ) -> RequestResult:
+        ignore_eos = self._fields["ignore_eos"]
+        body = build_body(
+            api=self.plan.api,
+            model=self._model,
+            text=prompt.text,
+            max_tokens=max_tokens,
+            ignore_eos=ignore_eos,
+            stream_options=self._fields["stream_options"],
+        )
+        spec = RequestSpec(
+            purpose=purpose,
+            point=point,
+            prompt_kind=prompt.kind,
+            target_prompt_tokens=target,
+            prompt_chars=prompt.chars,
+            prompt_sha256=prompt.sha256,
+            max_tokens=max_tokens,
+            ignore_eos=ignore_eos,
+        )
+        path = "/v1/chat/completions" if self.plan.api == "chat" else "/v1/completions"
+        if self.monitor is None:
+            return self.client.stream(spec, body, path)
+        with self.monitor.window() as window:
+            result = self.client.stream(spec, body, path)
+        return dataclasses.replace(result, gpu=window.result)
+
+    def _next_serial(self) -> int:
+        self._serial += 1
+        return self._serial
+
+    def _refit(
+        self, scale: TokenScale, seen: list[tuple[int, int]], prompt: Prompt, result: RequestResult
+    ) -> TokenScale:
+        if result.ok and result.prompt_tokens:
+            seen.append((prompt.chars, result.prompt_tokens))
+            scale = scale.refined(seen)
+            self._scale = scale
+        return scale
+
+    def _raise_if_down(self, result: RequestResult, where: str) -> None:
+        """A transport failure may mean the server died: if it no longer answers, stop the run."""
+        if result.ok or result.http_status is not None:
+            return
+        try:
+            self.client.get_json("/v1/models")
+        except ServerUnreachable as exc:
+            raise ServerUnreachable(f"the server stopped answering during {where}: {result.error}") from exc
+
+    def _log_point(self, key: str, runs: list[RequestResult], rate: str, settled: bool) -> None:
+        values = [v for r in runs if r.is_valid and (v := getattr(r, rate)) is not None]
+        if not values:
+            log.warning("%s: no valid run out of %d", key, len(runs))
+            return
+        s = summarize(values)
+        log.info(
+            "%s: %s median %.1f [%.1f, %.1f] from %d valid of %d runs%s",
+            key,
+            rate,
+            s.median,
+            s.ci_low,
+            s.ci_high,
+            s.n,
+            len(runs),
+            "" if settled else " (cap reached before the spread target)",
+        )
+
+
+def _size_error(result: RequestResult, target: int) -> float | None:
+    if not result.ok or result.prompt_tokens is None:
+        return None
+    return abs(result.prompt_tokens - target) / target

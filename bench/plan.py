@@ -1,0 +1,101 @@
+"""What to measure and how hard to try: the frozen plan every bench run starts from.
+
+Usage:
+    plan = BenchPlan(prefill_tokens=(1024, 8192), decode_context_tokens=(1024,), max_repeats=6)
+    plan.digest      # sha256 of the canonical JSON, for results rows
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.corpus import KINDS, PromptKind
+from bench.errors import BenchConfigError
+from bench.records import Api
+
+__all__ = ["BenchPlan"]
+
+
+def _salt() -> str:
+    # a fresh salt per run: a server measured twice must not find the first run's prompts cached
+    return secrets.token_hex(4)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BenchPlan:
+    """A prefill ladder and a decode ladder, with the repeat, warm-up and validity rules."""
+
+    prefill_tokens: tuple[int, ...] = (1024, 8192, 32768)  # prompt lengths of the TTFT ladder
+    decode_context_tokens: tuple[int, ...] = (1024, 8192)  # prompt lengths before decoding
+    decode_kinds: tuple[PromptKind, ...] = KINDS  # one decode point per context and kind
+    decode_tokens: int = 256  # fixed output length; runs that end short are invalid
+    min_repeats: int = 3  # valid measured runs per point, at least
+    max_repeats: int = 10  # measured runs per point, at most (valid or not)
+    warmup_requests: int = 2  # before any point: discarded (autotuning, allocator, clocks)
+    warmups_per_point: int = 1  # per point, discarded; they also fit the prompt size
+    prefill_target_rel_ci: float = 0.05  # stop when the median's half-interval is this small
+    decode_target_rel_ci: float = 0.02
+    size_tolerance_rel: float = 0.03  # prompt size within this of the target before measuring
+    max_size_attempts: int = 3  # warm-ups spent at most per point on reaching that size
+    max_cached_tokens: int = 0  # a run with more cached prompt tokens is a prefix-cache hit
+    api: Api = "chat"
+    request_timeout_s: float = 900.0
+    gpu_index: int | None = 0  # NVML index of the server's GPU; None: no telemetry
+    salt: str = field(default_factory=_salt)  # makes this run's prompts unique; recorded
+
+    def __post_init__(self) -> None:
+        for name in ("prefill_tokens", "decode_context_tokens"):
+            values = getattr(self, name)
+            if not isinstance(values, tuple) or any(not isinstance(v, int) or v < 16 for v in values):
+                raise BenchConfigError(f"{name} must be a tuple of token counts >= 16, got {values!r}")
+        if not self.prefill_tokens and not self.decode_context_tokens:
+            raise BenchConfigError(
+                "nothing to measure: both prefill_tokens and decode_context_tokens are empty"
+            )
+        bad = [k for k in self.decode_kinds if k not in KINDS]
+        if bad or not self.decode_kinds:
+            raise BenchConfigError(
+                f"decode_kinds {self.decode_kinds!r}: each must be one of {', '.join(KINDS)}"
+            )
+        if self.decode_tokens < 2:
+            raise BenchConfigError(f"decode_tokens must be >= 2 to time decoding, got {self.decode_tokens}")
+        if not 1 <= self.min_repeats <= self.max_repeats:
+            raise BenchConfigError(
+                f"repeats: need 1 <= min_repeats <= max_repeats, got {self.min_repeats} and {self.max_repeats}"
+            )
+        if self.warmup_requests < 0 or self.warmups_per_point < 1 or self.max_size_attempts < 1:
+            raise BenchConfigError(
+                "warm-ups: need warmup_requests >= 0, warmups_per_point >= 1 (it fits the prompt size) "
+                "and max_size_attempts >= 1"
+            )
+        for name in ("prefill_target_rel_ci", "decode_target_rel_ci", "size_tolerance_rel"):
+            if not 0 < getattr(self, name) < 1:
+                raise BenchConfigError(f"{name} must be in (0, 1), got {getattr(self, name)}")
+        if self.api not in ("chat", "completions"):
+            raise BenchConfigError(f"api must be 'chat' or 'completions', got {self.api!r}")
+        if self.request_timeout_s <= 0 or self.max_cached_tokens < 0:
+            raise BenchConfigError("request_timeout_s must be positive and max_cached_tokens >= 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BenchPlan:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise BenchConfigError(f"unknown BenchPlan key(s) {unknown}; expected some of {sorted(known)}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the plan without its salt: equal for two runs that measure the same way."""
+        d = self.to_dict()
+        d.pop("salt")
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()

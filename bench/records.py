@@ -1,0 +1,402 @@
+"""Frozen records of a bench run: one request, one ladder point, one whole run.
+
+Records hold raw observations; rates and summaries are derived properties, so a stored record can
+always be recomputed. `to_dict()` gives JSON-able dicts (derived values included, for results.db
+and people); `from_dict()` reads them back (derived values are ignored and recomputed).
+
+Usage:
+    result.prefill[0].prefill_tok_per_s_client.median
+    result.samples()      # {"decode_tok_per_s_client@1024/math": (70.1, 70.3, ...), ...}
+    BenchResult.from_dict(json.loads(path.read_text()))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from bench.corpus import PromptKind
+from bench.stats import Summary, drift_rel, summarize
+
+__all__ = [
+    "BenchResult",
+    "DecodePoint",
+    "GpuIdentity",
+    "GpuWindow",
+    "PrefillPoint",
+    "RequestResult",
+    "RequestSpec",
+    "ServerProfile",
+]
+
+Api = Literal["chat", "completions"]
+Purpose = Literal["probe", "warmup", "measure"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GpuIdentity:
+    """Which GPU the numbers come from, read through NVML."""
+
+    index: int
+    name: str
+    uuid: str
+    driver_version: str
+    memory_total_bytes: int
+    power_limit_w: float | None
+    max_sm_clock_mhz: int | None
+    max_mem_clock_mhz: int | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GpuWindow:
+    """GPU state over one request, from NVML samples taken while it ran."""
+
+    samples: int
+    sm_clock_mhz_min: int
+    sm_clock_mhz_max: int
+    mem_clock_mhz_min: int
+    mem_clock_mhz_max: int
+    power_w_mean: float | None
+    power_w_max: float | None
+    temperature_c_max: int
+    utilization_pct_mean: float | None
+    memory_used_bytes_max: int
+    throttle_reasons: tuple[str, ...]  # union over the samples, benign reasons left out
+
+    @property
+    def is_throttled(self) -> bool:
+        return bool(self.throttle_reasons)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RequestSpec:
+    """What one request asked for; `prompt_sha256` shows that no two prompts were the same."""
+
+    purpose: Purpose
+    point: str  # "prefill@8192", "decode@1024/math", or "probe"
+    prompt_kind: PromptKind | Literal["mixed"]
+    target_prompt_tokens: int | None
+    prompt_chars: int
+    prompt_sha256: str
+    max_tokens: int
+    ignore_eos: bool  # whether the field was sent
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RequestResult:
+    """One streamed request as the client saw it. A failed request is data: ok False plus error."""
+
+    spec: RequestSpec
+    ok: bool
+    error: str | None = None
+    http_status: int | None = None
+    started_at_unix_s: float
+    latency_s: float  # request sent -> stream closed
+    ttft_s: float | None = None  # request sent -> first chunk with text (or the finish chunk)
+    itl_s: tuple[float, ...] = ()  # gaps between successive text chunks after the first
+    text_chunks: int = 0
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None  # usage, as the server counted
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None  # None: the server does not report it
+    server_queue_s: float | None = None  # usage.timings extension, where reported
+    server_prefill_s: float | None = None
+    server_decode_s: float | None = None
+    spec_accepted_tokens: int | None = None  # usage.speculative extension, where reported
+    spec_rejected_tokens: int | None = None
+    gpu: GpuWindow | None = None
+    invalid_reason: str | None = None  # set by the ladder: why this run does not count
+
+    @property
+    def is_valid(self) -> bool:
+        return self.ok and self.invalid_reason is None
+
+    @property
+    def decode_span_s(self) -> float:
+        """First text chunk -> last text chunk: the client's view of decode time."""
+        return sum(self.itl_s)
+
+    @property
+    def new_prompt_tokens(self) -> int | None:
+        if self.prompt_tokens is None:
+            return None
+        return self.prompt_tokens - (self.cached_tokens or 0)
+
+    @property
+    def prefill_tok_per_s_client(self) -> float | None:
+        """Uncached prompt tokens over TTFT: includes HTTP, queueing and the first decode step."""
+        n = self.new_prompt_tokens
+        return n / self.ttft_s if n and self.ttft_s else None
+
+    @property
+    def prefill_tok_per_s_server(self) -> float | None:
+        n = self.new_prompt_tokens
+        return n / self.server_prefill_s if n and self.server_prefill_s else None
+
+    @property
+    def decode_tok_per_s_client(self) -> float | None:
+        """Tokens after the first over the first-to-last text chunk span (inter-token timing)."""
+        if self.completion_tokens is None or self.completion_tokens < 2 or self.decode_span_s <= 0:
+            return None
+        return (self.completion_tokens - 1) / self.decode_span_s
+
+    @property
+    def decode_tok_per_s_server(self) -> float | None:
+        """Completion tokens over the server's own decode time (its definition of decode_s)."""
+        if not self.completion_tokens or not self.server_decode_s:
+            return None
+        return self.completion_tokens / self.server_decode_s
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        for name in (
+            "prefill_tok_per_s_client",
+            "prefill_tok_per_s_server",
+            "decode_tok_per_s_client",
+            "decode_tok_per_s_server",
+        ):
+            d[name] = getattr(self, name)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RequestResult:
+        known = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known}
+        kw["spec"] = RequestSpec(**kw["spec"])
+        kw["itl_s"] = tuple(kw.get("itl_s", ()))
+        if kw.get("gpu") is not None:
+            gpu = dict(kw["gpu"])
+            gpu["throttle_reasons"] = tuple(gpu["throttle_reasons"])
+            kw["gpu"] = GpuWindow(**gpu)
+        return cls(**kw)
+
+
+def _summary(values: list[float]) -> Summary | None:
+    return summarize(values) if values else None
+
+
+def _gpu_dict(runs: tuple[RequestResult, ...]) -> dict[str, Any] | None:
+    windows = [r.gpu for r in runs if r.gpu is not None]
+    if not windows:
+        return None
+    return {
+        "sm_clock_mhz_min": min(w.sm_clock_mhz_min for w in windows),
+        "sm_clock_mhz_max": max(w.sm_clock_mhz_max for w in windows),
+        "temperature_c_max": max(w.temperature_c_max for w in windows),
+        "power_w_max": max((w.power_w_max for w in windows if w.power_w_max is not None), default=None),
+        "throttled_runs": sum(w.is_throttled for w in windows),
+        "throttle_reasons": sorted({r for w in windows for r in w.throttle_reasons}),
+    }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Point:
+    warmups: tuple[RequestResult, ...]
+    runs: tuple[RequestResult, ...]
+    settled: bool  # stopped because the spread reached its target (False: stopped at the cap)
+
+    @property
+    def valid_runs(self) -> tuple[RequestResult, ...]:
+        return tuple(r for r in self.runs if r.is_valid)
+
+    @property
+    def invalid_reasons(self) -> tuple[str, ...]:
+        return tuple(r.invalid_reason or r.error or "failed" for r in self.runs if not r.is_valid)
+
+    @property
+    def prompt_tokens_median(self) -> float | None:
+        s = _summary([r.prompt_tokens for r in self.valid_runs if r.prompt_tokens is not None])
+        return s.median if s else None
+
+    def _rates(self, name: str) -> list[float]:
+        return [v for r in self.valid_runs if (v := getattr(r, name)) is not None]
+
+    def _base_dict(self) -> dict[str, Any]:
+        return {
+            "settled": self.settled,
+            "valid_runs": len(self.valid_runs),
+            "invalid_reasons": list(self.invalid_reasons),
+            "prompt_tokens_median": self.prompt_tokens_median,
+            "gpu": _gpu_dict(self.runs),
+            "warmups": [r.to_dict() for r in self.warmups],
+            "runs": [r.to_dict() for r in self.runs],
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PrefillPoint(_Point):
+    """Cold time-to-first-token at one prompt length; every prompt unique, so nothing is cached."""
+
+    target_tokens: int
+
+    @property
+    def key(self) -> str:
+        return f"prefill@{self.target_tokens}"
+
+    @property
+    def ttft_s(self) -> Summary | None:
+        return _summary([r.ttft_s for r in self.valid_runs if r.ttft_s is not None])
+
+    @property
+    def prefill_tok_per_s_client(self) -> Summary | None:
+        return _summary(self._rates("prefill_tok_per_s_client"))
+
+    @property
+    def prefill_tok_per_s_server(self) -> Summary | None:
+        return _summary(self._rates("prefill_tok_per_s_server"))
+
+    @property
+    def cache_hits(self) -> int:
+        return sum(1 for r in self.runs if r.cached_tokens)
+
+    @property
+    def drift_rel(self) -> float | None:
+        return drift_rel(self._rates("prefill_tok_per_s_client"))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"key": self.key, "target_tokens": self.target_tokens, "cache_hits": self.cache_hits}
+        for name in ("ttft_s", "prefill_tok_per_s_client", "prefill_tok_per_s_server"):
+            s = getattr(self, name)
+            d[name] = s.to_dict() if s else None
+        d["drift_rel"] = self.drift_rel
+        return d | self._base_dict()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DecodePoint(_Point):
+    """Batch-1 greedy streaming decode of a fixed length after a natural prompt of one kind."""
+
+    context_tokens: int
+    kind: PromptKind
+    output_tokens: int
+
+    @property
+    def key(self) -> str:
+        return f"decode@{self.context_tokens}/{self.kind}"
+
+    @property
+    def decode_tok_per_s_client(self) -> Summary | None:
+        return _summary(self._rates("decode_tok_per_s_client"))
+
+    @property
+    def decode_tok_per_s_server(self) -> Summary | None:
+        return _summary(self._rates("decode_tok_per_s_server"))
+
+    @property
+    def spec_acceptance(self) -> float | None:
+        """Accepted / (accepted + rejected) draft tokens, pooled over valid runs, where reported."""
+        acc = sum(r.spec_accepted_tokens or 0 for r in self.valid_runs)
+        rej = sum(r.spec_rejected_tokens or 0 for r in self.valid_runs)
+        return acc / (acc + rej) if acc + rej else None
+
+    @property
+    def drift_rel(self) -> float | None:
+        return drift_rel(self._rates("decode_tok_per_s_client"))
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "key": self.key,
+            "context_tokens": self.context_tokens,
+            "kind": self.kind,
+            "output_tokens": self.output_tokens,
+        }
+        for name in ("decode_tok_per_s_client", "decode_tok_per_s_server"):
+            s = getattr(self, name)
+            d[name] = s.to_dict() if s else None
+        d["spec_acceptance"] = self.spec_acceptance
+        d["drift_rel"] = self.drift_rel
+        return d | self._base_dict()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ServerProfile:
+    """What the server under test is and which OpenAI extensions it honours (found by probing)."""
+
+    url: str  # base URL, never with a key
+    model: str
+    api: Api
+    max_model_len: int | None  # from /v1/models where listed
+    accepts_ignore_eos: bool  # the server took the `ignore_eos` field (vLLM, TabbyAPI, ours)
+    accepts_stream_options: bool
+    reports_cached_tokens: bool  # usage.prompt_tokens_details.cached_tokens seen
+    reports_timings: bool  # usage.timings.prefill_s / decode_s seen
+    server_info: dict[str, Any] | None = field(default=None)  # GET /v1/server_info, where it exists
+
+
+def _points(rows: list[dict[str, Any]], cls: type, keys: tuple[str, ...]) -> tuple[Any, ...]:
+    return tuple(
+        cls(
+            warmups=tuple(RequestResult.from_dict(r) for r in row["warmups"]),
+            runs=tuple(RequestResult.from_dict(r) for r in row["runs"]),
+            settled=row["settled"],
+            **{k: row[k] for k in keys},
+        )
+        for row in rows
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BenchResult:
+    """One bench run against one server: the plan, the server, the GPU, and every point."""
+
+    plan: dict[str, Any]  # BenchPlan.to_dict(): the plan as run
+    server: ServerProfile
+    gpu: GpuIdentity | None
+    host: dict[str, str]  # client-side provenance: bench/httpx/python versions, platform
+    started_at: str  # ISO 8601, UTC
+    finished_at: str
+    probes: tuple[RequestResult, ...]  # set-up and global warm-up requests, never measured
+    prefill: tuple[PrefillPoint, ...]
+    decode: tuple[DecodePoint, ...]
+
+    def samples(self) -> dict[str, tuple[float, ...]]:
+        """Valid per-run rates by metric key, for stats.compare and stats.noise_floor."""
+        out: dict[str, tuple[float, ...]] = {}
+        for p in self.prefill:
+            for name in ("prefill_tok_per_s_client", "prefill_tok_per_s_server"):
+                vals = tuple(p._rates(name))
+                if vals:
+                    out[f"{name}@{p.target_tokens}"] = vals
+        for d in self.decode:
+            for name in ("decode_tok_per_s_client", "decode_tok_per_s_server"):
+                vals = tuple(d._rates(name))
+                if vals:
+                    out[f"{name}@{d.context_tokens}/{d.kind}"] = vals
+        return out
+
+    def headline(self) -> dict[str, float]:
+        """Median of every metric, keyed as in samples()."""
+        return {k: summarize(v).median for k, v in self.samples().items()}
+
+    @property
+    def invalid_runs(self) -> int:
+        return sum(len(p.runs) - len(p.valid_runs) for p in (*self.prefill, *self.decode))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "plan": self.plan,
+            "server": dataclasses.asdict(self.server),
+            "gpu": dataclasses.asdict(self.gpu) if self.gpu else None,
+            "host": self.host,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "headline": self.headline(),
+            "probes": [r.to_dict() for r in self.probes],
+            "prefill": [p.to_dict() for p in self.prefill],
+            "decode": [d.to_dict() for d in self.decode],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BenchResult:
+        return cls(
+            plan=d["plan"],
+            server=ServerProfile(**d["server"]),
+            gpu=GpuIdentity(**d["gpu"]) if d.get("gpu") else None,
+            host=d["host"],
+            started_at=d["started_at"],
+            finished_at=d["finished_at"],
+            probes=tuple(RequestResult.from_dict(r) for r in d["probes"]),
+            prefill=_points(d["prefill"], PrefillPoint, ("target_tokens",)),
+            decode=_points(d["decode"], DecodePoint, ("context_tokens", "kind", "output_tokens")),
+        )

@@ -1,0 +1,158 @@
+"""Views of bench records: a rich table for people, `key: value` lines for grep, JSON for machines.
+
+Nothing here computes a number of its own; every value shown comes from the records.
+
+Usage:
+    render(result, Console())
+    print("\\n".join(summary_lines(result)))
+    write_json(result.to_dict(), Path("bench.json"))
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.records import BenchResult, DecodePoint, PrefillPoint
+from bench.stats import Comparison, NoiseFloor, Summary
+
+__all__ = ["render", "render_comparisons", "render_noise_floor", "summary_lines", "write_json"]
+
+
+def _rate(s: Summary | None) -> str:
+    if s is None:
+        return "-"
+    return f"{s.median:,.1f} [{s.ci_low:,.1f}, {s.ci_high:,.1f}]"
+
+
+def _runs(point: PrefillPoint | DecodePoint) -> str:
+    text = f"{len(point.valid_runs)}/{len(point.runs)}"
+    return text if point.settled else text + " cap"
+
+
+def _gpu_cell(point: PrefillPoint | DecodePoint) -> str:
+    windows = [r.gpu for r in point.runs if r.gpu is not None]
+    if not windows:
+        return "-"
+    sm = f"{min(w.sm_clock_mhz_min for w in windows)}-{max(w.sm_clock_mhz_max for w in windows)} MHz"
+    temp = f"{max(w.temperature_c_max for w in windows)} C"
+    throttled = sum(w.is_throttled for w in windows)
+    return f"{sm}, {temp}" + (f", [red]{throttled} throttled[/red]" if throttled else "")
+
+
+def render(result: BenchResult, console: Console) -> None:
+    """Print the server, the GPU, and one table per ladder."""
+    s = result.server
+    console.print(
+        f"[bold]{s.model}[/bold] at {s.url} ({s.api}); ignore_eos {'yes' if s.accepts_ignore_eos else 'no'}, "
+        f"server timings {'yes' if s.reports_timings else 'no'}, cached_tokens "
+        f"{'reported' if s.reports_cached_tokens else 'not reported'}"
+    )
+    if result.gpu is not None:
+        g = result.gpu
+        console.print(f"GPU {g.index}: {g.name}, driver {g.driver_version}, power limit {g.power_limit_w} W")
+    else:
+        console.print("GPU: no NVML telemetry on this machine")
+    if result.prefill:
+        table = Table(title="Prefill (cold TTFT, unique prompts)")
+        for col in (
+            "target",
+            "prompt tok",
+            "runs",
+            "TTFT s",
+            "tok/s client",
+            "tok/s server",
+            "cache hits",
+            "GPU",
+        ):
+            table.add_column(col, justify="right")
+        for p in result.prefill:
+            ttft = f"{p.ttft_s.median:.3f}" if p.ttft_s else "-"
+            tokens = f"{p.prompt_tokens_median:,.0f}" if p.prompt_tokens_median else "-"
+            table.add_row(
+                f"{p.target_tokens:,}",
+                tokens,
+                _runs(p),
+                ttft,
+                _rate(p.prefill_tok_per_s_client),
+                _rate(p.prefill_tok_per_s_server),
+                str(p.cache_hits),
+                _gpu_cell(p),
+            )
+        console.print(table)
+    if result.decode:
+        table = Table(title="Decode (batch 1, greedy, fixed length)")
+        for col in (
+            "context",
+            "kind",
+            "prompt tok",
+            "runs",
+            "tok/s client",
+            "tok/s server",
+            "spec accept",
+            "GPU",
+        ):
+            table.add_column(col, justify="right")
+        for d in result.decode:
+            tokens = f"{d.prompt_tokens_median:,.0f}" if d.prompt_tokens_median else "-"
+            accept = f"{d.spec_acceptance:.1%}" if d.spec_acceptance is not None else "-"
+            table.add_row(
+                f"{d.context_tokens:,}",
+                d.kind,
+                tokens,
+                _runs(d),
+                _rate(d.decode_tok_per_s_client),
+                _rate(d.decode_tok_per_s_server),
+                accept,
+                _gpu_cell(d),
+            )
+        console.print(table)
+    console.print(
+        "Medians with order-statistic intervals (coverage in the JSON); 'cap': spread target not reached."
+    )
+    for point in (*result.prefill, *result.decode):
+        for reason in sorted(set(point.invalid_reasons)):
+            console.print(f"[yellow]{point.key} invalid run:[/yellow] {reason}")
+
+
+def summary_lines(result: BenchResult) -> list[str]:
+    """Greppable `metric: median` lines, one per metric, plus the invalid-run count."""
+    lines = [f"{key}: {value:.2f}" for key, value in result.headline().items()]
+    lines.append(f"invalid_runs: {result.invalid_runs}")
+    return lines
+
+
+def render_comparisons(comparisons: Iterable[Comparison], console: Console) -> None:
+    table = Table(title="Candidate vs baseline (rates: higher is better)")
+    for col in ("metric", "baseline", "candidate", "ratio [interval]", "margin", "verdict"):
+        table.add_column(col, justify="right")
+    colours = {"faster": "green", "slower": "red", "same": "white"}
+    for c in comparisons:
+        table.add_row(
+            c.metric,
+            _rate(c.baseline),
+            _rate(c.candidate),
+            f"{c.ratio:.3f} [{c.ratio_ci_low:.3f}, {c.ratio_ci_high:.3f}]",
+            f"{c.margin_rel:.1%}",
+            f"[{colours[c.verdict]}]{c.verdict}[/{colours[c.verdict]}]",
+        )
+    console.print(table)
+
+
+def render_noise_floor(floor: NoiseFloor, console: Console) -> None:
+    table = Table(title="Noise floor: same configuration, two launches")
+    table.add_column("metric")
+    table.add_column("|ratio - 1|", justify="right")
+    for metric, value in floor.rel_diff:
+        table.add_row(metric, f"{value:.2%}")
+    console.print(table)
+
+
+def write_json(data: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")

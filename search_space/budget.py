@@ -1,0 +1,147 @@
+"""The VRAM budget and the fit check that rejects configurations before any server starts.
+
+The budget is the GPU's memory (`--vram 24GiB` emulates an RTX 3090 on a larger card) less a
+reserve for what torch's allocator never sees: the CUDA context, cuBLAS and kernel images.
+
+Usage:
+    budget = Budget(vram_bytes=parse_bytes("24GiB"))
+    check = check_fit(memory.estimate(config), budget, calibration)
+    check.fits, check.excess_bytes          # excess <= 0 is feasible: use it as an Optuna constraint
+    require_fit(memory.estimate(config), budget)   # raises DoesNotFit
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+
+from search_space.calibration import Calibration
+from search_space.errors import BudgetError, DoesNotFit
+from search_space.memory import MemoryEstimate
+
+__all__ = ["DEFAULT_RESERVE_BYTES", "Budget", "FitCheck", "check_fit", "gpu_memory_bytes", "parse_bytes",
+           "require_fit", "resolve_vram_bytes"]
+
+log = logging.getLogger(__name__)
+
+# CUDA context with torch and exllamav3's kernels loaded, plus allocator slack; the same size as
+# exllamav3's own default load reserve (Model.load reserve_per_device=0.5 GB).
+DEFAULT_RESERVE_BYTES = 512 * 1024**2
+
+_UNITS = {
+    "b": 1, "": 1,
+    "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_bytes(text: str) -> int:
+    """'24GiB' -> 25769803776. Binary (KiB, MiB, GiB, TiB) and decimal (kB, MB, GB, TB) units, or bytes.
+
+    Raises:
+        BudgetError: the text is not a number with one of those units.
+    """
+    match = _SIZE.match(text)
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in _UNITS:
+        raise BudgetError(f"cannot read {text!r} as a size; write e.g. 24GiB, 23.5GiB, 24000MB or a byte count")
+    value = float(match.group(1)) * _UNITS[unit]
+    if value <= 0:
+        raise BudgetError(f"a VRAM budget must be positive, got {text!r}")
+    return int(value)
+
+
+def gpu_memory_bytes() -> int | None:
+    """Total memory of the first visible GPU through NVML, or None where NVML has no GPU to report."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        log.debug("NVML unavailable: %s", exc)
+        return None
+    try:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+        if visible.startswith("GPU-"):
+            handle = pynvml.nvmlDeviceGetHandleByUUID(visible)
+        else:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0)
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+    except pynvml.NVMLError as exc:
+        log.debug("NVML has no GPU to report: %s", exc)
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def resolve_vram_bytes(flag: str | None, detected: int | None) -> int:
+    """The budget from `--vram`, else the detected GPU's memory.
+
+    Raises:
+        BudgetError: the flag is malformed, or it is absent and no GPU was detected.
+    """
+    if flag is not None:
+        return parse_bytes(flag)
+    if detected is None:
+        raise BudgetError("no GPU memory could be read through NVML; give the budget with --vram, e.g. --vram 24GiB")
+    return detected
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    vram_bytes: int
+    reserve_bytes: int = DEFAULT_RESERVE_BYTES
+
+    def __post_init__(self) -> None:
+        if self.vram_bytes <= self.reserve_bytes:
+            raise BudgetError(f"a VRAM budget of {self.vram_bytes} bytes leaves nothing after the "
+                              f"{self.reserve_bytes}-byte reserve")
+
+    @property
+    def usable_bytes(self) -> int:
+        return self.vram_bytes - self.reserve_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class FitCheck:
+    """A prediction held against a budget."""
+
+    estimate: MemoryEstimate
+    predicted_peak_bytes: int  # the estimate's peak after calibration
+    budget: Budget
+
+    @property
+    def excess_bytes(self) -> int:
+        """How far the calibrated peak exceeds the usable budget; <= 0 fits."""
+        return self.predicted_peak_bytes - self.budget.usable_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.excess_bytes <= 0
+
+
+def check_fit(estimate: MemoryEstimate, budget: Budget, calibration: Calibration | None = None) -> FitCheck:
+    calibration = calibration or Calibration()
+    return FitCheck(estimate=estimate, predicted_peak_bytes=calibration.apply(estimate.peak_bytes), budget=budget)
+
+
+def require_fit(estimate: MemoryEstimate, budget: Budget, calibration: Calibration | None = None) -> FitCheck:
+    """Raises DoesNotFit, with the numbers, when the calibrated peak exceeds the usable budget."""
+    check = check_fit(estimate, budget, calibration)
+    if not check.fits:
+        raise DoesNotFit(
+            f"predicted peak {_gib(check.predicted_peak_bytes)} exceeds the usable "
+            f"{_gib(budget.usable_bytes)} ({_gib(budget.vram_bytes)} less a {_gib(budget.reserve_bytes)} reserve); "
+            f"components: " + ", ".join(f"{k} {_gib(v)}" for k, v in estimate.components().items()),
+            check=check,
+        )
+    return check
+
+
+def _gib(n: int) -> str:
+    return f"{n / 1024**3:.2f} GiB"

@@ -1,0 +1,180 @@
+"""The search space of one study: the catalog narrowed to a model and the user's options.
+
+Static conditions (the model is hybrid, has MTP weights, a DFlash draft was given) are decided
+here once; dynamic ones (num_draft_tokens only with a draft mode) are decided per trial while
+walking the knobs in catalog order. Knob values become a `ServingConfig` through
+`ServingConfig.from_dict`, so validation stays in serving.config.
+
+Usage:
+    space = build_space(SpaceContext(engine="exllamav3", model=read_model_info(model_dir)))
+    space.baseline_config()          # stock exllamav3: every knob at exllamav3's default
+    space.size()                     # distinct parameter assignments
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from search_space.catalog import catalog_for
+from search_space.domains import Categorical
+from search_space.errors import CatalogError, SpaceError
+from search_space.knobs import EnvVar, Knob, SpaceContext
+from search_space.surface_check import check_catalog, validate_catalog
+from serving.config import ServingConfig
+from serving.exl3_surface import Exl3Surface
+
+__all__ = ["SearchSpace", "build_space"]
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The knobs that can apply to this study's model, with their domains narrowed, and pinned values."""
+
+    context: SpaceContext
+    knobs: tuple[Knob, ...]
+    pinned: Mapping[str, Any] = field(default_factory=dict)
+
+    def knob(self, name: str) -> Knob:
+        for knob in self.knobs:
+            if knob.name == name:
+                return knob
+        raise SpaceError(f"no knob {name!r} in this space; it has: {', '.join(k.name for k in self.knobs)}")
+
+    @property
+    def searched(self) -> tuple[Knob, ...]:
+        """The knobs a trial samples (the pinned ones are fixed)."""
+        return tuple(k for k in self.knobs if k.name not in self.pinned)
+
+    def walk(self, pick: Callable[[Knob], Any]) -> dict[str, Any]:
+        """Values of the knobs active under the values picked so far, in catalog order."""
+        values: dict[str, Any] = {}
+        for knob in self.knobs:
+            if knob.is_active(self.context, values):
+                values[knob.name] = self.pinned[knob.name] if knob.name in self.pinned else pick(knob)
+        return values
+
+    def baseline_values(self) -> dict[str, Any]:
+        """Every active knob at its default: stock exllamav3 (or the CPU engine's defaults)."""
+
+        def default(knob: Knob) -> Any:
+            if not knob.domain.contains(knob.default):
+                raise CatalogError(
+                    f"knob {knob.name!r} default {knob.default!r} is not in its domain {knob.domain.describe()} "
+                    f"for this model, so the baseline cannot be enqueued; pin the knob"
+                )
+            return knob.default
+
+        return self.walk(default)
+
+    def baseline_config(self) -> ServingConfig:
+        return self.to_config(self.baseline_values())
+
+    def to_config(self, values: Mapping[str, Any]) -> ServingConfig:
+        """The ServingConfig for knob values (as `walk` produces them).
+
+        Raises:
+            serving.errors.ConfigError: the values break a rule of the serving config (a catalog bug).
+        """
+        args: dict[str, Any] = {}
+        env: dict[str, str] = {}
+        for name, value in values.items():
+            knob = self.knob(name)
+            applied = knob.applied_as
+            if isinstance(applied, EnvVar):
+                text = applied.render(value)
+                if text is not None:
+                    env[applied.name] = text
+            else:
+                field_value = knob.field_value(value, values)
+                if field_value is not None:
+                    args[applied.field] = field_value
+        if args.get("draft_mode") == "dflash":
+            args["draft_model_dir"] = str(self.context.draft_model.directory)
+        return ServingConfig.from_dict({"engine": self.context.engine, "args": args, "env": env})
+
+    def size(self) -> int | float:
+        """Distinct parameter assignments of the searched knobs (math.inf with a continuous domain)."""
+        return _traverse(self, set())
+
+
+def build_space(
+    context: SpaceContext,
+    *,
+    pinned: Mapping[str, Any] | None = None,
+    surface: Exl3Surface | None = None,
+) -> SearchSpace:
+    """Narrow the engine's catalog to this model and options; for exllamav3, check it first.
+
+    Raises:
+        CatalogMismatch: the installed exllamav3 lacks a knob's argument or variable (exllamav3 engine).
+        SpaceError: a pinned knob is unknown, does not apply, or has a value outside its domain;
+            a draft model was given that is not a DFlash draft, or to the CPU engine.
+    """
+    catalog = catalog_for(context.engine)
+    if context.engine == "exllamav3":
+        check_catalog(catalog, surface)
+    else:
+        validate_catalog(catalog)
+    if context.draft_model is not None:
+        if context.engine != "exllamav3":
+            raise SpaceError("a draft model applies only to the exllamav3 engine")
+        if not context.draft_model.is_dflash_draft:
+            raise SpaceError(f"draft model {context.draft_model.directory} is a {context.draft_model.architecture}, "
+                             f"not a DFlash/DFlash2 draft checkpoint")
+    knobs = tuple(_narrowed(k, context) for k in catalog if k.applies_to(context))
+    candidate = SearchSpace(context=context, knobs=knobs, pinned=dict(pinned or {}))
+    reachable: set[str] = set()
+    _traverse(candidate, reachable)
+    space = dataclasses.replace(candidate, knobs=tuple(k for k in knobs if k.name in reachable))
+    _check_pinned(space, catalog)
+    return space
+
+
+def _narrowed(knob: Knob, context: SpaceContext) -> Knob:
+    """Drop the categorical choices whose static requirement fails for this context."""
+    if not knob.choice_requires:
+        return knob
+    excluded = {(type(c), c) for c, when in knob.choice_requires if not when.holds(context, {})}
+    if not excluded:
+        return knob
+    assert isinstance(knob.domain, Categorical)  # validate_catalog checked the choices exist
+    return dataclasses.replace(knob, domain=knob.domain.restricted(lambda c: (type(c), c) not in excluded))
+
+
+def _check_pinned(space: SearchSpace, catalog: tuple[Knob, ...]) -> None:
+    names = {k.name for k in space.knobs}
+    for name, value in space.pinned.items():
+        if name not in names:
+            known = next((k for k in catalog if k.name == name), None)
+            if known is None:
+                raise SpaceError(f"cannot pin unknown knob {name!r}; knobs here: {', '.join(sorted(names))}")
+            raise SpaceError(f"cannot pin {name!r}: it does not apply to this model ({known.describe_when()})")
+        knob = space.knob(name)
+        if not knob.domain.contains(value):
+            raise SpaceError(f"cannot pin {name!r} to {value!r}; its domain is {knob.domain.describe()}")
+
+
+def _traverse(space: SearchSpace, reachable: set[str]) -> int | float:
+    """Count assignments, branching only on knobs that others depend on; record knobs ever active."""
+    parents = frozenset().union(*(k.depends_on for k in space.knobs))
+
+    def count(index: int, values: dict[str, Any]) -> int | float:
+        if index == len(space.knobs):
+            return 1
+        knob = space.knobs[index]
+        if not knob.is_active(space.context, values):
+            return count(index + 1, values)
+        reachable.add(knob.name)
+        if knob.name in space.pinned:
+            return count(index + 1, {**values, knob.name: space.pinned[knob.name]})
+        if knob.name in parents:
+            return sum(count(index + 1, {**values, knob.name: v}) for v in knob.domain.values())
+        rest = count(index + 1, {**values, knob.name: knob.default})
+        return knob.domain.size * rest if rest else 0
+
+    total = count(0, {})
+    return total if math.isinf(total) else int(total)

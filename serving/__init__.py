@@ -1,0 +1,1 @@
+"""The OpenAI-compatible server (exllamav3 and transformers engines), its launcher, synthetic models."""

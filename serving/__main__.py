@@ -1,0 +1,134 @@
+"""Serve one model with one configuration over an OpenAI-compatible HTTP API.
+
+Usage:
+    python -m serving --model DIR --config FILE.json [--host 127.0.0.1] [--port 18020] [--api-key-file PATH]
+
+The config's EXL3_* variables are set here, before anything imports exllamav3: this module is the
+only place that touches os.environ, and each configuration gets a fresh process.
+Exit status: 0 after a clean shutdown, 1 when the model failed to load, 2 for a bad config or key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from serving.errors import ServingError
+from serving.units import parse_bytes
+
+log = logging.getLogger("serving")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m serving", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, type=Path, help="model folder (EXL3 or Hugging Face format)")
+    parser.add_argument("--config", type=Path, help="serving config JSON (see serving/README.md); "
+                        "absent: the engine's defaults")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind; anything but loopback needs --api-key-file")
+    parser.add_argument("--port", type=int, default=18020)
+    parser.add_argument("--api-key-file", type=Path, help="file holding the bearer key (mode 0600 or 0400, yours)")
+    parser.add_argument("--vram-limit", type=parse_bytes, default=None,
+                        help="cap this process's GPU memory, e.g. 24GiB to emulate an RTX 3090 on a larger GPU")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    try:
+        state = prepare(args)
+    except ServingError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    return serve(state, host=args.host, port=args.port, log_level=args.log_level)
+
+
+def prepare(args: argparse.Namespace):
+    """Everything that can fail on bad input, before the engine loads."""
+    from serving.auth import is_loopback, read_api_key
+    from serving.chat_template import ChatTemplate
+    from serving.config import ServingConfig, default_engine
+    from serving.errors import ConfigError
+
+    if not args.model.is_dir():
+        raise ConfigError(f"--model {args.model} is not a folder")
+    api_key = read_api_key(args.api_key_file) if args.api_key_file else None
+    if api_key is None and not is_loopback(args.host):
+        raise ConfigError(f"refusing to listen on non-loopback address {args.host} without --api-key-file")
+    text = args.config.read_text() if args.config else "{}"
+    config = ServingConfig.from_json(text, default_engine_name=default_engine())
+    # Applied before exllamav3 is imported (it reads EXL3_* at import): the reason for a fresh process.
+    os.environ.update(config.env)
+    template = ChatTemplate.from_model_dir(args.model)
+    engine = build_engine(config, args.model, vram_limit_bytes=args.vram_limit)
+    from serving.app import ServerState
+
+    name = config.served_model_name or args.model.resolve().name
+    return ServerState(engine=engine, template=template, config=config, model_dir=args.model.resolve(),
+                       model_name=name, api_key=api_key)
+
+
+def build_engine(config, model_dir: Path, *, vram_limit_bytes: int | None = None):
+    from serving.textcodec import TextCodec
+
+    codec = TextCodec(model_dir)
+    if config.engine == "transformers":
+        from serving.transformers_engine import TransformersEngine
+
+        if vram_limit_bytes:
+            log.info("--vram-limit ignored: the transformers engine runs on the CPU")
+        return TransformersEngine(model_dir, config.args, codec)
+    from serving.exllamav3_engine import Exl3Engine
+
+    engine = Exl3Engine(model_dir, config.args, codec, env=config.env, vram_limit_bytes=vram_limit_bytes)
+    engine.check_surface()  # before loading: a knob the installed exllamav3 lacks is a config error
+    return engine
+
+
+def serve(state, *, host: str, port: int, log_level: str) -> int:
+    import uvicorn
+
+    from serving.app import create_app
+
+    state.engine.start()
+    app = create_app(state)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level if log_level != "info" else "warning",
+                                           access_log=False, timeout_graceful_shutdown=5))
+    exit_code = {"value": 0}
+
+    async def watch_engine():
+        import asyncio
+
+        while not state.engine.ready.is_set():
+            await asyncio.sleep(0.2)
+        if state.engine.failed is not None:
+            log.error("model failed to load: %s", state.engine.failed)
+            exit_code["value"] = 1
+            server.should_exit = True
+
+    async def run():
+        import asyncio
+
+        watcher = asyncio.create_task(watch_engine())
+        await server.serve()
+        watcher.cancel()
+
+    import asyncio
+
+    log.info("serving %s (%s engine, config %s) on http://%s:%d", state.model_name, state.config.engine,
+             state.config.digest[:12], host, port)
+    asyncio.run(run())
+    state.engine.stop()
+    if not server.started and exit_code["value"] == 0:
+        return 1  # uvicorn could not bind (the port is taken); it logged why
+    return exit_code["value"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

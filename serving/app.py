@@ -1,0 +1,404 @@
+"""The HTTP layer: OpenAI routes over an engine, and nothing measurable on top of it.
+
+Handlers turn a request into engine jobs and engine events into OpenAI JSON or SSE. Everything
+that decides tokens lives in the engine; everything that checks input lives in api_requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from serving.api_requests import ApiError, ChatRequest, CompletionRequest, parse_chat, parse_completion
+from serving.chat_template import ChatTemplate, TemplateError
+from serving.config import ServingConfig
+from serving.engine import (
+    Engine,
+    EngineUsage,
+    FinishEvent,
+    GenerationRequest,
+    ScoreRequest,
+    TokenEvent,
+    TokenScore,
+)
+from serving.reasoning import ReasoningSplitter, prompt_opens_reasoning
+
+__all__ = ["ServerState", "create_app"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServerState:
+    engine: Engine
+    template: ChatTemplate
+    config: ServingConfig
+    model_dir: Path
+    model_name: str
+    api_key: str | None = None
+    created: int = field(default_factory=lambda: int(time.time()))
+    warned_fields: set = field(default_factory=set)
+
+
+def create_app(state: ServerState) -> FastAPI:
+    app = FastAPI(title="exl3-autoresearch server", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(404)
+    async def _not_found(request: Request, _exc) -> JSONResponse:
+        return JSONResponse(ApiError(404, f"no route {request.method} {request.url.path}").body(), status_code=404)
+
+    @app.exception_handler(405)
+    async def _not_allowed(request: Request, _exc) -> JSONResponse:
+        return JSONResponse(ApiError(405, f"method {request.method} not allowed on {request.url.path}").body(),
+                            status_code=405)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        engine = state.engine
+        if engine.failed is not None:
+            return JSONResponse({"status": "failed", "error": str(engine.failed)}, status_code=500)
+        if not engine.ready.is_set():
+            return JSONResponse({"status": "loading"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> JSONResponse:
+        _authorize(state, request)
+        return JSONResponse({"object": "list", "data": [{
+            "id": state.model_name, "object": "model", "created": state.created,
+            "owned_by": "exl3-autoresearch", "max_model_len": state.engine.context_tokens,
+        }]})
+
+    @app.get("/v1/server_info")
+    async def server_info(request: Request) -> JSONResponse:
+        _authorize(state, request)
+        return JSONResponse({
+            **state.engine.info(),
+            "model": state.model_name,
+            "model_dir": str(state.model_dir),
+            "config": state.config.to_dict(),
+            "config_digest": state.config.digest,
+        })
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        _authorize(state, request)
+        _require_ready(state)
+        req = parse_chat(await _json_body(request))
+        _check_model(state, req.model)
+        try:
+            prompt = state.template.render(req.messages, add_generation_prompt=True, **req.template_kwargs)
+        except TemplateError as exc:
+            raise ApiError(400, f"chat template: {exc}", param="messages") from exc
+        ids = state.engine.codec.encode(prompt)
+        gen = _generation(state, req, ids, top_logprobs=req.top_logprobs if req.logprobs else None)
+        splitter = ReasoningSplitter(start_in_reasoning=prompt_opens_reasoning(prompt))
+        if req.stream:
+            return _sse(_chat_stream(state, req, gen, splitter))
+        return await _until_disconnect(request, _chat_whole(state, req, gen, splitter))
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        _authorize(state, request)
+        _require_ready(state)
+        req = parse_completion(await _json_body(request))
+        _check_model(state, req.model)
+        codec = state.engine.codec
+        ids = list(req.prompt) if isinstance(req.prompt, list) else codec.encode(req.prompt)
+        if any(not 0 <= t < codec.vocab_size for t in ids):
+            raise ApiError(400, f"prompt token ids must be in [0, {codec.vocab_size})", param="prompt")
+        if req.score_decode_from is not None and req.score_decode_from > len(ids):
+            raise ApiError(400, f"score_decode_from {req.score_decode_from} is past the prompt's {len(ids)} tokens",
+                           param="score_decode_from")
+        gen = _generation(state, req, ids, top_logprobs=req.logprobs) if req.max_tokens else None
+        if gen is None and not req.echo:
+            raise ApiError(400, "max_tokens 0 makes sense only with echo", param="max_tokens")
+        if req.stream:
+            return _sse(_completion_stream(state, req, ids, gen))
+        return await _until_disconnect(request, _completion_whole(state, req, ids, gen))
+
+    return app
+
+
+# ---- request plumbing ----
+
+def _authorize(state: ServerState, request: Request) -> None:
+    if state.api_key is None:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), state.api_key.encode()):
+        raise ApiError(401, "missing or invalid API key (send Authorization: Bearer KEY)",
+                       type="authentication_error", code="invalid_api_key")
+
+
+def _require_ready(state: ServerState) -> None:
+    if not state.engine.ready.is_set() or state.engine.failed is not None:
+        raise ApiError(503, "the model is not loaded yet", type="server_error", code="model_not_ready")
+
+
+def _check_model(state: ServerState, model: str | None) -> None:
+    if model is not None and model != state.model_name:
+        raise ApiError(404, f"the model '{model}' does not exist; this server serves '{state.model_name}'",
+                       param="model", code="model_not_found")
+
+
+async def _json_body(request: Request):
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"the request body is not valid JSON: {exc}") from exc
+
+
+def _generation(state: ServerState, req: ChatRequest | CompletionRequest, ids: list[int], *,
+                top_logprobs: int | None) -> GenerationRequest:
+    limit = state.engine.context_tokens
+    if len(ids) >= limit:
+        raise ApiError(400, f"the prompt has {len(ids)} tokens; this model's context window is {limit} tokens",
+                       param="messages" if isinstance(req, ChatRequest) else "prompt", code="context_length_exceeded")
+    max_tokens = req.max_tokens if req.max_tokens is not None else limit - len(ids)
+    if max_tokens > limit - len(ids):
+        raise ApiError(400, f"max_tokens {max_tokens} plus the prompt's {len(ids)} tokens exceeds the context "
+                       f"window of {limit} tokens", param="max_tokens", code="context_length_exceeded")
+    return GenerationRequest(prompt_ids=tuple(ids), max_new_tokens=max_tokens, sampling=req.sampling,
+                             stop_strings=req.stop, ignore_eos=req.ignore_eos, top_logprobs=top_logprobs)
+
+
+def _sse(events: AsyncIterator[dict]) -> StreamingResponse:
+    async def body():
+        async for event in events:
+            yield f"data: {json.dumps(event, separators=(',', ':'))}\n\n"
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+async def _until_disconnect(request: Request, work) -> JSONResponse:
+    """Run a non-streaming request; a client that goes away cancels its engine job."""
+    task = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=0.5)
+        if done:
+            return task.result()
+        if await request.is_disconnected():
+            task.cancel()
+            log.info("client disconnected: job cancelled")
+            return JSONResponse(ApiError(499, "client closed the request").body(), status_code=499)
+
+
+def _usage(usage: EngineUsage, completion_tokens: int | None = None) -> dict:
+    completion = usage.completion_tokens if completion_tokens is None else completion_tokens
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": usage.prompt_tokens + completion,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "timings": {"queue_s": round(usage.queue_s, 6), "prefill_s": round(usage.prefill_s, 6),
+                    "decode_s": round(usage.decode_s, 6)},
+        "speculative": {"accepted_tokens": usage.accepted_draft_tokens,
+                        "rejected_tokens": usage.rejected_draft_tokens},
+    }
+
+
+def _engine_error(finish: FinishEvent) -> ApiError:
+    return ApiError(500, f"the engine failed this request: {finish.error}", type="server_error", code="engine_error")
+
+
+def _token_name(state: ServerState, token_id: int, as_ids: bool) -> str:
+    return f"token_id:{token_id}" if as_ids else state.engine.codec.token_text(token_id)
+
+
+# ---- chat ----
+
+def _chat_logprob(state: ServerState, event: TokenEvent, as_ids: bool) -> dict:
+    codec = state.engine.codec
+    return {
+        "token": _token_name(state, event.token_id, as_ids),
+        "logprob": event.logprob,
+        "bytes": list(codec.token_bytes(event.token_id)),
+        "top_logprobs": [{"token": _token_name(state, t, as_ids), "logprob": lp, "bytes": list(codec.token_bytes(t))}
+                         for t, lp in event.top],
+    }
+
+
+async def _chat_whole(state: ServerState, req: ChatRequest, gen: GenerationRequest,
+                      splitter: ReasoningSplitter) -> JSONResponse:
+    reasoning, content, logprobs = [], [], []
+    finish = None
+    async for event in state.engine.generate(gen):
+        if isinstance(event, FinishEvent):
+            finish = event
+            break
+        for kind, text in splitter.push(event.text):
+            (reasoning if kind == "reasoning" else content).append(text)
+        if req.logprobs and event.token_id >= 0:
+            logprobs.append(_chat_logprob(state, event, req.tokens_as_ids))
+    if finish.error:
+        raise _engine_error(finish)
+    for kind, text in splitter.flush():
+        (reasoning if kind == "reasoning" else content).append(text)
+    message = {"role": "assistant", "content": "".join(content)}
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    return JSONResponse({
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": state.model_name,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish.reason,
+                     "logprobs": {"content": logprobs} if req.logprobs else None}],
+        "usage": _usage(finish.usage),
+    })
+
+
+async def _chat_stream(state: ServerState, req: ChatRequest, gen: GenerationRequest,
+                       splitter: ReasoningSplitter) -> AsyncIterator[dict]:
+    base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": state.model_name}
+
+    def chunk(delta: dict, *, finish_reason=None, logprobs=None) -> dict:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+        if logprobs is not None:
+            choice["logprobs"] = {"content": logprobs}
+        return {**base, "choices": [choice]}
+
+    def deltas(parts) -> list[dict]:
+        return [{"reasoning_content" if kind == "reasoning" else "content": text} for kind, text in parts]
+
+    yield chunk({"role": "assistant", "content": ""})
+    async for event in state.engine.generate(gen):
+        if isinstance(event, FinishEvent):
+            if event.error:
+                yield {"error": _engine_error(event).body()["error"]}
+                return
+            for delta in deltas(splitter.flush()):
+                yield chunk(delta)
+            yield chunk({}, finish_reason=event.reason)
+            if req.include_usage:
+                yield {**base, "choices": [], "usage": _usage(event.usage)}
+            return
+        parts = deltas(splitter.push(event.text))
+        lp = [_chat_logprob(state, event, req.tokens_as_ids)] if req.logprobs and event.token_id >= 0 else None
+        if not parts and lp:
+            parts = [{"content": ""}]
+        for i, delta in enumerate(parts):
+            yield chunk(delta, logprobs=lp if i == 0 else None)
+
+
+# ---- completions ----
+
+def _completion_logprobs(state: ServerState, ids: list[int], scores: list[TokenScore], as_ids: bool,
+                         offset0: int) -> dict:
+    tokens, token_logprobs, tops, offsets = [], [], [], []
+    offset = offset0
+    for token_id, score in zip(ids, scores, strict=True):
+        name = _token_name(state, token_id, as_ids)
+        tokens.append(name)
+        token_logprobs.append(score.logprob)
+        tops.append({_token_name(state, t, as_ids): lp for t, lp in score.top} if score.logprob is not None else None)
+        offsets.append(offset)
+        offset += len(state.engine.codec.token_text(token_id))
+    return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": tops, "text_offset": offsets}
+
+
+async def _score_prompt(state: ServerState, req: CompletionRequest, ids: list[int]) -> FinishEvent:
+    finish = await state.engine.score(ScoreRequest(
+        prompt_ids=tuple(ids), decode_from=req.score_decode_from or 1, top_logprobs=req.logprobs or 0))
+    if finish.error:
+        raise _engine_error(finish)
+    return finish
+
+
+async def _completion_whole(state: ServerState, req: CompletionRequest, ids: list[int],
+                            gen: GenerationRequest | None) -> JSONResponse:
+    codec = state.engine.codec
+    text, logprobs = "", None
+    usage = EngineUsage(prompt_tokens=len(ids))
+    if req.echo:
+        text = codec.decode(ids, skip_special=False)
+        if req.logprobs is not None:
+            scored = await _score_prompt(state, req, ids)
+            logprobs = _completion_logprobs(state, ids, list(scored.scores), req.tokens_as_ids, 0)
+            usage = scored.usage
+            usage.completion_tokens = 0
+    finish_reason = "length"
+    if gen is not None:
+        pieces, events = [], []
+        finish = None
+        async for event in state.engine.generate(gen):
+            if isinstance(event, FinishEvent):
+                finish = event
+                break
+            pieces.append(event.text)
+            if event.token_id >= 0:
+                events.append(event)
+        if finish.error:
+            raise _engine_error(finish)
+        if req.logprobs is not None:
+            gen_lp = _completion_logprobs(state, [e.token_id for e in events],
+                                          [TokenScore(e.logprob, e.top) for e in events], req.tokens_as_ids, len(text))
+            logprobs = gen_lp if logprobs is None else {k: logprobs[k] + gen_lp[k] for k in logprobs}
+        text += "".join(pieces)
+        usage, finish_reason = finish.usage, finish.reason
+    return JSONResponse({
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": state.model_name,
+        "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}],
+        "usage": _usage(usage),
+    })
+
+
+async def _completion_stream(state: ServerState, req: CompletionRequest, ids: list[int],
+                             gen: GenerationRequest | None) -> AsyncIterator[dict]:
+    base = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+            "model": state.model_name}
+
+    def chunk(text: str, *, logprobs=None, finish_reason=None) -> dict:
+        return {**base, "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}]}
+
+    usage = EngineUsage(prompt_tokens=len(ids))
+    offset = 0
+    if req.echo:
+        text = state.engine.codec.decode(ids, skip_special=False)
+        logprobs = None
+        if req.logprobs is not None:
+            scored = await _score_prompt(state, req, ids)
+            logprobs = _completion_logprobs(state, ids, list(scored.scores), req.tokens_as_ids, 0)
+            usage = scored.usage
+            usage.completion_tokens = 0
+        yield chunk(text, logprobs=logprobs, finish_reason=None if gen else "length")
+        offset = len(text)
+    if gen is not None:
+        async for event in state.engine.generate(gen):
+            if isinstance(event, FinishEvent):
+                if event.error:
+                    yield {"error": _engine_error(event).body()["error"]}
+                    return
+                usage = event.usage
+                yield chunk("", finish_reason=event.reason)
+                break
+            lp = None
+            if req.logprobs is not None and event.token_id >= 0:
+                lp = _completion_logprobs(state, [event.token_id], [TokenScore(event.logprob, event.top)],
+                                          req.tokens_as_ids, offset)
+            offset += len(event.text)
+            yield chunk(event.text, logprobs=lp)
+    if req.include_usage:
+        yield {**base, "choices": [], "usage": _usage(usage)}

@@ -1,0 +1,268 @@
+"""The engine contract: one model, one worker thread, jobs in, token events out.
+
+An engine owns the model and runs every GPU (or CPU) step on its own worker thread, so the HTTP
+event loop never blocks on a forward pass and the model is never touched by two threads. Requests
+reach the worker through a thread-safe inbox; events come back to the event loop through
+`loop.call_soon_threadsafe`. Cancelling the consumer of `generate()` cancels the job in the engine.
+
+Subclasses implement `_load`, `_warmup`, `_admit`, `_step`, `_cancel` and `_has_work`; they may
+assume all of them are called on the worker thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import queue
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from serving.textcodec import TextCodec
+
+__all__ = [
+    "Engine",
+    "EngineUsage",
+    "FinishEvent",
+    "GenerationRequest",
+    "Job",
+    "SamplingParams",
+    "ScoreRequest",
+    "TokenEvent",
+    "TokenScore",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SamplingParams:
+    """Everything that decides which token comes next. temperature 0 means greedy."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GenerationRequest:
+    prompt_ids: tuple[int, ...]
+    max_new_tokens: int
+    sampling: SamplingParams = SamplingParams()
+    stop_strings: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    top_logprobs: int | None = None  # None: no logprobs; 0: the chosen token's only; n: plus top n
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScoreRequest:
+    """Teacher forcing: logprobs of prompt tokens [decode_from, len) through the decode path."""
+
+    prompt_ids: tuple[int, ...]
+    decode_from: int = 1
+    top_logprobs: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TokenScore:
+    logprob: float | None  # None for tokens that were not scored
+    top: tuple[tuple[int, float], ...] = ()  # (token id, logprob), most likely first
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One sampled token. `text` is what may be shown now (held text comes later, or never)."""
+
+    token_id: int
+    text: str
+    logprob: float | None = None
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(kw_only=True, slots=True)
+class EngineUsage:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    queue_s: float = 0.0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    accepted_draft_tokens: int = 0
+    rejected_draft_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FinishEvent:
+    reason: Literal["stop", "length", "cancelled"]
+    usage: EngineUsage
+    scores: tuple[TokenScore, ...] | None = None  # score jobs only
+    error: str | None = None  # set when the engine failed this job (e.g. out of memory)
+
+
+_serials = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Job:
+    """A request in flight. Created on the event loop, advanced only on the worker thread."""
+
+    request: GenerationRequest | ScoreRequest
+    emit: callable  # thread-safe: puts an event on the consumer's queue
+    serial: int = field(default_factory=lambda: next(_serials))
+    enqueued_at: float = field(default_factory=time.perf_counter)
+    cancelled: bool = False
+    state: object = None  # engine-private
+
+
+class Engine(ABC):
+    """Base of the exllamav3 and transformers engines. See the module docstring for the contract."""
+
+    name: str = "engine"
+
+    def __init__(self, model_dir, codec: TextCodec):
+        self.model_dir = model_dir
+        self.codec = codec
+        self.context_tokens = 0  # set by _load: longest prompt + output the engine can hold
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.ready = threading.Event()
+        self.failed: BaseException | None = None
+        self.cancelled_total = 0  # jobs cancelled by a client going away; /v1/server_info shows it
+
+    # ---- lifecycle (called from the main thread) ----
+
+    def start(self) -> None:
+        """Load and warm up on the worker thread; `ready` is set when requests can be served."""
+        self._thread = threading.Thread(target=self._run, name=f"{self.name}-worker", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def info(self) -> dict:
+        """Versions, memory and job counts for /v1/server_info; engines add their own keys."""
+        return {"engine": self.name, "context_tokens": self.context_tokens,
+                "jobs_in_flight": len(self._active_jobs()), "jobs_cancelled": self.cancelled_total}
+
+    # ---- requests (called on the event loop) ----
+
+    async def generate(self, request: GenerationRequest | ScoreRequest) -> AsyncIterator[TokenEvent | FinishEvent]:
+        """Stream events of one job; closing the iterator early cancels the job."""
+        job, events = self._submit(request)
+        finished = False
+        try:
+            while not finished:
+                event = await events.get()
+                finished = isinstance(event, FinishEvent)
+                yield event
+        finally:
+            if not finished:
+                self.cancel(job)
+
+    async def score(self, request: ScoreRequest) -> FinishEvent:
+        """Teacher-force a prompt; cancelled with the awaiting task."""
+        async for event in self.generate(request):
+            if isinstance(event, FinishEvent):
+                return event
+        raise RuntimeError("engine closed a score job without a FinishEvent")
+
+    def cancel(self, job: Job) -> None:
+        job.cancelled = True
+        self._inbox.put(("cancel", job))
+        self._wake.set()
+
+    def _submit(self, request) -> tuple[Job, asyncio.Queue]:
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+
+        def emit(event) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
+        job = Job(request=request, emit=emit)
+        self._inbox.put(("admit", job))
+        self._wake.set()
+        return job, events
+
+    # ---- the worker thread ----
+
+    def _run(self) -> None:
+        try:
+            self._load()
+            self._warmup()
+        except BaseException as exc:  # reported by /health and the process exit status
+            log.exception("engine failed to load")
+            self.failed = exc
+            self.ready.set()
+            return
+        self.ready.set()
+        log.info("engine %s ready: context %d tokens", self.name, self.context_tokens)
+        while not self._stopping:
+            self._drain_inbox()
+            if not self._has_work():
+                self._wake.wait(timeout=0.5)
+                self._wake.clear()
+                continue
+            try:
+                self._step()
+            except Exception as exc:
+                self._fail_all(exc)
+
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                kind, job = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "admit":
+                if job.cancelled:
+                    continue
+                self._admit(job)
+            else:
+                self.cancelled_total += 1
+                self._cancel(job)
+
+    def _fail_all(self, exc: Exception) -> None:
+        """A step raised: fail the jobs in flight with the error, keep the engine serving."""
+        log.exception("engine step failed")
+        for job in self._active_jobs():
+            job.emit(FinishEvent("stop", EngineUsage(), error=f"{type(exc).__name__}: {exc}"))
+            self._cancel(job)
+
+    @abstractmethod
+    def _load(self) -> None: ...
+
+    @abstractmethod
+    def _warmup(self) -> None: ...
+
+    @abstractmethod
+    def _admit(self, job: Job) -> None: ...
+
+    @abstractmethod
+    def _cancel(self, job: Job) -> None: ...
+
+    @abstractmethod
+    def _step(self) -> None: ...
+
+    @abstractmethod
+    def _has_work(self) -> bool: ...
+
+    @abstractmethod
+    def _active_jobs(self) -> list[Job]: ...

@@ -1,0 +1,230 @@
+"""A shape-true EXL3 checkpoint of any Qwen3_5 text config, with random codes, for GPU speed work.
+
+No real weights reach the GPU machine, but exllamav3's speed depends only on shapes, bit rates and
+the codebook, not on the values of the codes. An EXL3 linear is `trellis` int16
+[in/16, out/16, 16*bits], `suh` fp16 [in], `svh` fp16 [out] and the `mul1` codebook constant.
+Outputs of such a model are noise; its decode and prefill speed are the real model's.
+
+Usage:
+    write_exl3_checkpoint(Path("/tmp/q27"), QWEN38_27B, bits=4.0, head_bits=6)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from serving.synthetic.tiny import SPECIAL_TOKENS, THINK_TOKENS, build_tokenizer
+
+__all__ = ["QWEN38_27B", "TensorSpec", "exl3_schema", "text_config", "write_exl3_checkpoint"]
+
+MUL1 = 0x83DCD12D  # the mul1 codebook constant, stored as a signed int32 scalar
+_DTYPES = {"I16": (np.int16, 2), "F16": (np.float16, 2), "BF16": (None, 2), "I32": (np.int32, 4)}
+
+# Qwen3.8-27B's text dimensions (Qwen3.5 architecture, unchanged).
+QWEN38_27B = dict(
+    vocab_size=248320, hidden_size=5120, intermediate_size=17408, num_hidden_layers=64,
+    num_attention_heads=24, num_key_value_heads=4, head_dim=256, linear_num_key_heads=16,
+    linear_num_value_heads=48, linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
+    full_attention_interval=4, max_position_embeddings=262144, partial_rotary_factor=0.25, rope_theta=10000000.0,
+    rms_norm_eps=1e-6,
+)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    dtype: str  # safetensors dtype name
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * _DTYPES[self.dtype][1]
+
+
+def text_config(dims: dict, *, layers: int | None = None) -> dict:
+    """A Qwen3_5ForCausalLM config.json for `dims`, with `layers` decoder layers (3 GDN : 1 attention)."""
+    n = layers or dims["num_hidden_layers"]
+    interval = dims.get("full_attention_interval", 4)
+    layer_types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)]
+    rope = {"rope_type": "default", "rope_theta": dims.get("rope_theta", 10000.0),
+            "partial_rotary_factor": dims.get("partial_rotary_factor", 0.25)}
+    keys = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+            "head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+            "linear_value_head_dim", "linear_conv_kernel_dim", "max_position_embeddings")
+    return {
+        "architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text",
+        **{k: dims[k] for k in keys},
+        "num_hidden_layers": n, "layer_types": layer_types, "hidden_act": "silu", "attention_bias": False,
+        "rms_norm_eps": dims.get("rms_norm_eps", 1e-6), "tie_word_embeddings": False, "dtype": "bfloat16",
+        "partial_rotary_factor": rope["partial_rotary_factor"], "rope_parameters": rope,
+        "bos_token_id": None, "use_cache": True,
+    }
+
+
+def exl3_schema(config: dict, *, bits: float, head_bits: int) -> dict[str, TensorSpec]:
+    """Tensor names, dtypes and shapes of an EXL3 conversion of `config` (as exllamav3 1.6.5 writes them)."""
+    h, inter, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    qh, kvh, hd = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
+    kh, vh = config["linear_num_key_heads"], config["linear_num_value_heads"]
+    kd, vd, conv = config["linear_key_head_dim"], config["linear_value_head_dim"], config["linear_conv_kernel_dim"]
+    conv_dim = 2 * kh * kd + vh * vd
+    out: dict[str, TensorSpec] = {}
+
+    def linear(name: str, n_in: int, n_out: int, b: float) -> None:
+        k = int(round(16 * b))
+        out[f"{name}.trellis"] = TensorSpec("I16", (n_in // 16, n_out // 16, k))
+        out[f"{name}.suh"] = TensorSpec("F16", (n_in,))
+        out[f"{name}.svh"] = TensorSpec("F16", (n_out,))
+        out[f"{name}.mul1"] = TensorSpec("I32", ())
+
+    p = "model.language_model"
+    out[f"{p}.embed_tokens.weight"] = TensorSpec("BF16", (vocab, h))
+    for i, kind in enumerate(config["layer_types"]):
+        L = f"{p}.layers.{i}"
+        out[f"{L}.input_layernorm.weight"] = TensorSpec("BF16", (h,))
+        out[f"{L}.post_attention_layernorm.weight"] = TensorSpec("BF16", (h,))
+        if kind == "linear_attention":
+            a = f"{L}.linear_attn"
+            out[f"{a}.A_log"] = TensorSpec("BF16", (vh,))
+            out[f"{a}.dt_bias"] = TensorSpec("BF16", (vh,))
+            out[f"{a}.conv1d.weight"] = TensorSpec("BF16", (conv_dim, 1, conv))
+            out[f"{a}.in_proj_a.weight"] = TensorSpec("F16", (vh, h))
+            out[f"{a}.in_proj_b.weight"] = TensorSpec("F16", (vh, h))
+            out[f"{a}.norm.weight"] = TensorSpec("BF16", (vd,))
+            linear(f"{a}.in_proj_qkv", h, conv_dim, bits)
+            linear(f"{a}.in_proj_z", h, vh * vd, bits)
+            linear(f"{a}.out_proj", vh * vd, h, bits)
+        else:
+            a = f"{L}.self_attn"
+            out[f"{a}.q_norm.weight"] = TensorSpec("BF16", (hd,))
+            out[f"{a}.k_norm.weight"] = TensorSpec("BF16", (hd,))
+            linear(f"{a}.q_proj", h, 2 * qh * hd, bits)  # queries and the output gate, interleaved
+            linear(f"{a}.k_proj", h, kvh * hd, bits)
+            linear(f"{a}.v_proj", h, kvh * hd, bits)
+            linear(f"{a}.o_proj", qh * hd, h, bits)
+        for name, n_in, n_out in (("gate_proj", h, inter), ("up_proj", h, inter), ("down_proj", inter, h)):
+            linear(f"{L}.mlp.{name}", n_in, n_out, bits)
+    out[f"{p}.norm.weight"] = TensorSpec("BF16", (h,))
+    linear("lm_head", h, vocab, head_bits)
+    return out
+
+
+def _tiled(block: np.ndarray, n: int, rng: np.random.Generator) -> bytes:
+    """n values cut from a repeated random block at a random offset: random enough, and fast."""
+    start = int(rng.integers(0, block.size - 1))
+    reps = -(-(n + start) // block.size)
+    return np.tile(block, reps)[start:start + n].tobytes()
+
+
+def _values(name: str, spec: TensorSpec, rng: np.random.Generator, blocks: dict[str, np.ndarray]) -> bytes:
+    """Random but numerically tame values: unit norms, sign-flip scales that keep activations bounded."""
+    n = math.prod(spec.shape)
+    if name.endswith(".mul1"):
+        return struct.pack("<I", MUL1)
+    if name.endswith(".trellis"):
+        return _tiled(blocks["codes"], n, rng)
+    if name.endswith("embed_tokens.weight"):
+        return _tiled(blocks["bf16_noise"], n, rng)
+    if name.endswith(".suh"):
+        return (rng.choice(np.array([-1.0, 1.0], dtype=np.float16), n)).astype(np.float16).tobytes()
+    if name.endswith(".svh"):
+        n_in = spec.shape[0]
+        scale = 1.0 / math.sqrt(max(n_in, 1))
+        return (rng.choice(np.array([-scale, scale], dtype=np.float32), n)).astype(np.float16).tobytes()
+    if name.endswith("layernorm.weight") or name.endswith(".norm.weight") or name.endswith("_norm.weight"):
+        values = np.ones(n, dtype=np.float32)
+    elif name.endswith("A_log"):
+        values = np.log(rng.uniform(1.0, 16.0, n)).astype(np.float32)
+    elif name.endswith("dt_bias"):
+        values = np.full(n, 1.0, dtype=np.float32)
+    elif spec.dtype == "F16":
+        return (rng.standard_normal(n) * 0.02).astype(np.float16).tobytes()
+    else:
+        values = (rng.standard_normal(n) * 0.02).astype(np.float32)
+    return _bf16(values)
+
+
+def _bf16(values: np.ndarray) -> bytes:
+    return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
+
+
+def _shards(schema: dict[str, TensorSpec], max_bytes: int) -> Iterator[list[str]]:
+    shard, size = [], 0
+    for name, spec in schema.items():
+        if shard and size + spec.nbytes > max_bytes:
+            yield shard
+            shard, size = [], 0
+        shard.append(name)
+        size += spec.nbytes
+    if shard:
+        yield shard
+
+
+def write_exl3_checkpoint(out_dir: Path, dims: dict = QWEN38_27B, *, bits: float = 4.0, head_bits: int = 6,
+                          layers: int | None = None, seed: int = 0, shard_bytes: int = 4 * 1024**3) -> Path:
+    """Write config.json, sharded safetensors with an index, and a tokenizer covering the vocabulary."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config = text_config(dims, layers=layers)
+    config["quantization_config"] = {"quant_method": "exl3", "version": "1.6.5", "bits": bits,
+                                     "head_bits": head_bits, "calibration": {"rows": 0, "cols": 0},
+                                     "out_scales": "auto", "codebook": "mul1"}
+    schema = exl3_schema(config, bits=bits, head_bits=head_bits)
+    rng = np.random.default_rng(seed)
+    blocks = {  # 32 MiB each, tiled: generating 14 GiB of fresh randomness would take minutes
+        "codes": rng.integers(-32768, 32767, size=1 << 24, dtype=np.int16),
+        "bf16_noise": np.frombuffer(_bf16(rng.standard_normal(1 << 24).astype(np.float32) * 0.02), dtype=np.uint16),
+    }
+    groups = list(_shards(schema, shard_bytes))
+    weight_map = {}
+    for index, names in enumerate(groups, start=1):
+        fname = f"model-{index:05d}-of-{len(groups):05d}.safetensors"
+        header, offset = {}, 0
+        for name in names:
+            spec = schema[name]
+            header[name] = {"dtype": spec.dtype, "shape": list(spec.shape), "data_offsets": [offset, offset + spec.nbytes]}
+            offset += spec.nbytes
+            weight_map[name] = fname
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        raw += b" " * (-len(raw) % 8)
+        with open(out_dir / fname, "wb") as f:
+            f.write(struct.pack("<Q", len(raw)))
+            f.write(raw)
+            for name in names:
+                f.write(_values(name, schema[name], rng, blocks))
+    total = sum(spec.nbytes for spec in schema.values())
+    (out_dir / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
+    _write_tokenizer(out_dir, config["vocab_size"])
+    ids = json.loads((out_dir / "tokenizer.json").read_text())
+    special = {t["content"]: t["id"] for t in ids["added_tokens"]}
+    config["eos_token_id"] = special["<|im_end|>"]
+    config["pad_token_id"] = special["<|endoftext|>"]
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    (out_dir / "SYNTHETIC.json").write_text(json.dumps(
+        {"kind": "exl3-shape-true", "bits": bits, "head_bits": head_bits, "layers": config["num_hidden_layers"],
+         "seed": seed, "bytes": total}, indent=2))
+    return out_dir
+
+
+def _write_tokenizer(out_dir: Path, vocab_size: int) -> None:
+    """The tiny BPE, widened with decodable filler tokens to the model's vocabulary size."""
+    from serving.synthetic.tiny import write_chat_files
+
+    tok = json.loads(build_tokenizer().to_str())
+    vocab = tok["model"]["vocab"]
+    added = tok["added_tokens"]
+    n_fill = vocab_size - len(vocab) - len(added)
+    base = len(vocab)
+    for i in range(n_fill):
+        vocab[f"Ġ~{i:x}"] = base + i  # byte-level text " ~<hex>": decodes, never produced by encoding
+    for j, token in enumerate(added):
+        token["id"] = base + n_fill + j
+    (out_dir / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+    write_chat_files(out_dir, {t["content"]: t["id"] for t in added}, max_len=262144)
+    assert [t["content"] for t in added] == SPECIAL_TOKENS + THINK_TOKENS

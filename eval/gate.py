@@ -1,0 +1,86 @@
+"""The gate as the autoresearch loop calls it: decide on the evidence given, store decision and evidence.
+
+Tiers run cheapest first. The loop measures fidelity; when `decide_fidelity` fails it calls
+`gate_candidate` with the fidelity evidence alone (the suites are skipped); otherwise it runs the
+suite on the candidate and calls `gate_candidate` with both. Every call stores one eval_decisions
+row with the policy, the verdicts and the ids of the measurements and suite runs it used.
+
+Usage:
+    record = gate_candidate(store, model_manifest_hash=h, candidate_label=digest, baseline_label="baseline",
+                            policy=GatePolicy(), floor=floor, candidate_fidelity=cand,
+                            baseline_suite=base_run, candidate_suite=cand_run)
+    record.decision.passed
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from eval.decision import GateDecision, GatePolicy, compare_taskset, decide, decide_fidelity
+from eval.errors import EvalConfigError
+from eval.fidelity import FidelityMeasurement
+from eval.records import SuiteResult
+from eval.store import EvalStore
+
+__all__ = ["GateRecord", "gate_candidate"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GateRecord:
+    decision_id: int  # the eval_decisions row
+    decision: GateDecision
+
+
+def gate_candidate(
+    store: EvalStore,
+    *,
+    model_manifest_hash: str,
+    candidate_label: str,
+    baseline_label: str,
+    policy: GatePolicy,
+    floor: FidelityMeasurement | None = None,
+    candidate_fidelity: FidelityMeasurement | None = None,
+    baseline_suite: SuiteResult | None = None,
+    candidate_suite: SuiteResult | None = None,
+) -> GateRecord:
+    """Decide on whatever tiers have evidence and store the decision.
+
+    Raises:
+        EvalConfigError: half of a tier's evidence is missing, or the suites are not comparable.
+    """
+    if (floor is None) != (candidate_fidelity is None):
+        raise EvalConfigError("fidelity needs both the noise floor and the candidate measurement")
+    if (baseline_suite is None) != (candidate_suite is None):
+        raise EvalConfigError("the task tier needs both the baseline's and the candidate's suite results")
+    fidelity = None
+    if floor is not None and candidate_fidelity is not None:
+        fidelity = decide_fidelity(candidate_fidelity.metrics, floor.metrics, policy.fidelity)
+    tasksets = []
+    if baseline_suite is not None and candidate_suite is not None:
+        if baseline_suite.suite != candidate_suite.suite:
+            raise EvalConfigError(
+                f"suite {candidate_suite.suite!r} cannot be paired with baseline suite {baseline_suite.suite!r}"
+            )
+        for result in candidate_suite.tasksets:
+            try:
+                base = baseline_suite.taskset(result.name)
+            except KeyError as exc:
+                raise EvalConfigError(str(exc)) from None
+            tasksets.append(compare_taskset(base, result, policy.tasks))
+    decision = decide(fidelity=fidelity, tasksets=tasksets)
+    decision_id = store.save_decision(
+        decision,
+        model_manifest_hash=model_manifest_hash,
+        candidate_label=candidate_label,
+        baseline_label=baseline_label,
+        policy=policy,
+        floor_measurement_id=floor.measurement_id if floor else None,
+        candidate_measurement_id=candidate_fidelity.measurement_id if candidate_fidelity else None,
+        baseline_suite_run_id=baseline_suite.suite_run_id if baseline_suite else None,
+        candidate_suite_run_id=candidate_suite.suite_run_id if candidate_suite else None,
+        extra_evidence={
+            "floor_metrics": floor.metrics if floor else None,
+            "candidate_metrics": candidate_fidelity.metrics if candidate_fidelity else None,
+        },
+    )
+    return GateRecord(decision_id=decision_id, decision=decision)

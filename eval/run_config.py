@@ -1,0 +1,164 @@
+"""Translate a suite's taskset spec into one verifiers 0.4.0 EvalConfig plus its process setting.
+
+One taskset runs as one `python -m eval.worker` process (verifiers caches interpreters in class
+variables and the Hub libraries read their offline switches at import), with:
+- the EvalConfig data (endpoint, model, greedy sampling, select, rollouts, harness, runtime, budget);
+- the offline environment: HF_HUB_OFFLINE=1, HF_DATASETS_OFFLINE=1, our private HF cache, and a
+  fresh derived Arrow cache per run (only verified raw files are reused);
+- the dataset binding from locks/datasets.toml: a knob pointing at the verified snapshot, or a
+  working directory where the Hub name is a symlink to it, or our cache's refs/main.
+
+Usage:
+    launch = build_launch(suite, taskset, endpoint, locks=locks, paths=paths, run_dir=run_dir)
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eval.locks import Locks
+from eval.snapshots import EvalPaths, snapshot_dir
+from eval.suites import SuiteSpec, TasksetSpec
+
+__all__ = ["API_KEY_VAR", "Endpoint", "TasksetLaunch", "build_launch", "nest_knobs"]
+
+API_KEY_VAR = "EVAL_API_KEY"  # the worker's variable for the server key; never written to a config
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Endpoint:
+    """The server under test. `api_key` stays in memory and the worker's environment only."""
+
+    base_url: str  # the server root, e.g. http://127.0.0.1:18020 (with or without /v1)
+    model: str
+    api_key: str | None = None
+
+    @property
+    def v1_url(self) -> str:
+        root = self.base_url.rstrip("/")
+        return root if root.endswith("/v1") else root + "/v1"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TasksetLaunch:
+    spec: TasksetSpec
+    config: dict[str, Any]  # EvalConfig.model_validate input
+    cwd: Path
+    env: dict[str, str]  # variables added to the worker's environment
+    output_dir: Path  # traces land in output_dir / spec.name / traces.jsonl
+    symlinks: tuple[tuple[Path, Path], ...] = ()  # (link, target) to create before starting
+
+    @property
+    def traces_path(self) -> Path:
+        return self.output_dir / self.spec.name / "traces.jsonl"
+
+
+def nest_knobs(knobs: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    """("dataset.name", x) -> {"dataset": {"name": x}}: verifiers' typed env.taskset fields."""
+    nested: dict[str, Any] = {}
+    for dotted, value in knobs:
+        node = nested
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = copy.deepcopy(value)
+    return nested
+
+
+def _eval_config(
+    suite: SuiteSpec, spec: TasksetSpec, endpoint: Endpoint, knobs: dict[str, Any], output_dir: Path
+) -> dict[str, Any]:
+    s = suite.sampling
+    runtime: dict[str, Any] = {"type": suite.runtime.type}
+    if suite.runtime.type == "docker":
+        runtime.update(
+            image=suite.runtime.image,
+            cpu=suite.runtime.cpu,
+            memory=suite.runtime.memory_gb,
+            allow=list(suite.runtime.allow),
+        )
+    return {
+        "model": endpoint.model,
+        "client": {"type": "eval", "base_url": endpoint.v1_url, "api_key_var": API_KEY_VAR},
+        "sampling": {
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "max_tokens": spec.max_tokens,
+            "presence_penalty": s.presence_penalty,
+            "frequency_penalty": s.frequency_penalty,
+            "extra_body": {
+                "min_p": s.min_p,
+                "repetition_penalty": s.repetition_penalty,
+                "chat_template_kwargs": {"enable_thinking": s.enable_thinking},
+            },
+        },
+        "select": {"shuffle": spec.shuffle, "seed": spec.seed, "limit": spec.limit},
+        "num_rollouts": spec.rollouts,
+        "max_concurrent": suite.max_concurrent,
+        "push": False,
+        "rich": None,
+        "output_dir": str(output_dir),
+        "run": {"name": spec.name},
+        "env": {
+            "taskset": {"id": spec.taskset_id, **knobs},
+            "agent": {
+                "harness": {"id": suite.harness},
+                "runtime": runtime,
+                "max_turns": 1,
+                "max_output_tokens": spec.max_tokens,
+                "timeout": {
+                    "setup": suite.timeout_setup_s,
+                    "rollout": suite.timeout_rollout_s,
+                    "scoring": suite.timeout_scoring_s,
+                },
+            },
+        },
+    }
+
+
+def build_launch(
+    suite: SuiteSpec,
+    spec: TasksetSpec,
+    endpoint: Endpoint,
+    *,
+    locks: Locks,
+    paths: EvalPaths,
+    run_dir: Path,
+) -> TasksetLaunch:
+    """Everything one worker needs to run `spec` offline against `endpoint`."""
+    knobs = dict(spec.knobs)
+    work = run_dir / spec.name
+    cwd = work
+    symlinks: list[tuple[Path, Path]] = []
+    if spec.dataset is not None:
+        pin = locks.datasets[spec.dataset]
+        snapshot = snapshot_dir(paths, pin)
+        binding = pin.binding
+        if binding.kind == "knob":
+            knobs[binding.knob] = str(snapshot / binding.subdir) if binding.subdir else str(snapshot)
+            knobs.update(dict(binding.extra_knobs))
+        elif binding.kind == "cwd":
+            # The taskset hard-codes the Hub name: datasets resolves a relative local dir first.
+            cwd = work / "local-datasets"
+            symlinks.append((cwd / pin.repo, snapshot))
+    env = {
+        "HF_HOME": str(paths.hf_home),
+        "HF_HUB_CACHE": str(paths.hub_dir),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_DATASETS_CACHE": str(work / ".dataset-cache"),  # fresh derived Arrow cache per run
+        API_KEY_VAR: endpoint.api_key or "EMPTY",
+        # The worker may run from a data directory: keep this checkout importable.
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p
+        ),
+    }
+    config = _eval_config(suite, spec, endpoint, nest_knobs(tuple(knobs.items())), run_dir / "traces")
+    return TasksetLaunch(
+        spec=spec, config=config, cwd=cwd, env=env, output_dir=run_dir / "traces", symlinks=tuple(symlinks)
+    )

@@ -1,0 +1,334 @@
+"""Run a suite through verifiers, one taskset at a time, and collect per-taskset results.
+
+Before anything runs, `preflight` checks that every taskset package is importable, every pinned
+dataset is cached and verified, and the runtime is usable, and fails with one message that names
+everything missing and the command that fixes it. `dry_run` validates each taskset's EvalConfig
+with verifiers' own schema without a model or a server.
+
+Usage:
+    result = run_suite(get_suite("offline"), Endpoint(base_url=url, model=model), store=store,
+                       label=config_digest)
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib.util
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from eval.errors import (
+    DataIntegrityError,
+    EvalConfigError,
+    MissingDataset,
+    MissingEnvironment,
+    RuntimeUnavailable,
+    TasksetRunError,
+)
+from eval.locks import Locks, load_locks
+from eval.plugins import PLUGIN_MODULES
+from eval.records import SuiteResult, TasksetResult
+from eval.run_config import Endpoint, TasksetLaunch, build_launch
+from eval.snapshots import EvalPaths, check_dataset
+from eval.store import EvalStore
+from eval.suites import SuiteOverrides, SuiteSpec
+from eval.traces import summarize_traces
+
+__all__ = ["DryRunEntry", "dry_run", "new_run_dir", "preflight", "run_suite"]
+
+log = logging.getLogger(__name__)
+_LOG_TAIL_CHARS = 4000
+
+
+def is_installed(plugin_id: str, kind: str = "tasksets") -> bool:
+    """Whether verifiers could import the plugin `plugin_id` (a taskset or harness) in this interpreter."""
+    if plugin_id in PLUGIN_MODULES:
+        return True  # ships inside this package (eval.plugins)
+    module = plugin_id.rsplit("/", 1)[-1].split("@", 1)[0].replace("-", "_").lower()
+    if importlib.util.find_spec(f"verifiers.v1.{kind}.{module}") is not None:
+        return True
+    return importlib.util.find_spec(module) is not None
+
+
+def _docker_problem() -> str | None:
+    try:
+        probe = subprocess.run(
+            ["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=30
+        )
+    except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
+        return f"docker CLI unusable ({type(exc).__name__})"
+    if probe.returncode != 0:
+        return (
+            (probe.stderr or probe.stdout).strip().splitlines()[-1][:300]
+            if (probe.stderr or probe.stdout)
+            else "docker info failed"
+        )
+    return None
+
+
+def preflight(suite: SuiteSpec, *, locks: Locks, paths: EvalPaths, check_runtime: bool = True) -> None:
+    """Fail before any model call when something the suite needs is missing.
+
+    Raises:
+        MissingEnvironment: taskset packages are not installed (`python -m eval setup`).
+        MissingDataset / DataIntegrityError: pinned data is missing or altered (`python -m eval data`).
+        RuntimeUnavailable: the suite needs Docker and no engine answers.
+    """
+    missing_envs = sorted({t.taskset_id for t in suite.tasksets if not is_installed(t.taskset_id)})
+    if not is_installed(suite.harness, "harnesses"):
+        missing_envs.append(f"harness {suite.harness}")
+    if missing_envs:
+        unpinned = [n for n in missing_envs if n not in locks.environments]
+        hint = "run `python -m eval setup` (needs GitHub) to install them from the pinned prime-environments commit"
+        if unpinned:
+            hint += f"; {unpinned} have no entry in locks/prime-environments.toml"
+        raise MissingEnvironment(
+            f"suite {suite.name}: taskset environment(s) not installed: {', '.join(missing_envs)}; {hint}",
+            names=tuple(missing_envs),
+        )
+    missing_data: list[str] = []
+    for spec in suite.tasksets:
+        if spec.dataset is None:
+            continue
+        try:
+            check_dataset(paths, locks.datasets[spec.dataset])
+        except MissingDataset:
+            missing_data.append(spec.dataset)
+    if missing_data:
+        names = sorted(set(missing_data))
+        raise MissingDataset(
+            f"suite {suite.name}: pinned dataset(s) not in {paths.hub_dir}: {', '.join(names)}; run "
+            + " && ".join(f"`python -m eval data {n}`" for n in names)
+            + " on a host that can reach the Hub (runs are offline and never download)",
+            names=tuple(names),
+        )
+    if check_runtime and suite.runtime.type == "docker" and (problem := _docker_problem()):
+        raise RuntimeUnavailable(
+            f"suite {suite.name} runs its tasksets in the local Docker runtime, but Docker is not usable: "
+            f"{problem}. Start the Docker engine (or run the `offline` suite, which needs none)"
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DryRunEntry:
+    """What --dry-run established for one taskset."""
+
+    name: str
+    config: dict[str, Any]  # the EvalConfig data verifiers validated (no secrets in it)
+    validated: str  # "full" or "without taskset knobs (environment not installed)"
+    environment_installed: bool
+    dataset: str | None
+    dataset_ready: bool | None  # None when the taskset has no Hub dataset
+
+
+def _validate(config: dict[str, Any], full: bool) -> None:
+    from pydantic import ValidationError
+    from verifiers.v1.configs.cli.eval import EvalConfig
+
+    data = copy.deepcopy(config)  # validation mutates its input
+    if not full:
+        data["env"]["taskset"] = {"id": ""}
+    try:
+        EvalConfig.model_validate(data)
+    except ValidationError as exc:
+        raise EvalConfigError(
+            f"taskset {config['run']['name']}: verifiers rejects the config: {exc}"
+        ) from exc
+
+
+def dry_run(
+    suite: SuiteSpec, *, locks: Locks, paths: EvalPaths, run_dir: Path, model: str = "dry-run"
+) -> list[DryRunEntry]:
+    """Validate every taskset's EvalConfig without a model or a server; nothing is run or downloaded.
+
+    With the environment installed the whole config is validated by verifiers, taskset knobs
+    included; without it, everything but the taskset's own knobs (which only its package defines).
+
+    Raises:
+        EvalConfigError: verifiers rejects a config, or a taskset names an unpinned dataset.
+    """
+    from eval.plugins import register_plugins
+
+    register_plugins()
+    endpoint = Endpoint(base_url="http://127.0.0.1:1", model=model)
+    entries = []
+    for spec in suite.tasksets:
+        if spec.dataset is not None and spec.dataset not in locks.datasets:
+            raise EvalConfigError(
+                f"taskset {spec.name}: dataset {spec.dataset!r} has no pin in locks/datasets.toml"
+            )
+        if spec.source == "prime" and spec.taskset_id not in locks.environments:
+            raise EvalConfigError(
+                f"taskset {spec.name}: environment {spec.taskset_id!r} has no pin in locks/prime-environments.toml"
+            )
+        launch = build_launch(suite, spec, endpoint, locks=locks, paths=paths, run_dir=run_dir)
+        installed = is_installed(spec.taskset_id)
+        _validate(launch.config, full=installed)
+        ready = None
+        if spec.dataset is not None:
+            try:
+                check_dataset(paths, locks.datasets[spec.dataset])
+                ready = True
+            except (MissingDataset, DataIntegrityError):
+                ready = False
+        entries.append(
+            DryRunEntry(
+                name=spec.name,
+                config=launch.config,
+                validated="full" if installed else "without taskset knobs (environment not installed)",
+                environment_installed=installed,
+                dataset=spec.dataset,
+                dataset_ready=ready,
+            )
+        )
+    return entries
+
+
+def new_run_dir(paths: EvalPaths, suite: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = paths.cache_dir / "runs"
+    base.mkdir(parents=True, exist_ok=True)
+    for n in range(1000):
+        candidate = base / f"{suite}-{stamp}-{n}"
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise EvalConfigError(f"could not create a fresh run directory under {base}")
+
+
+def _run_taskset(launch: TasksetLaunch, run_dir: Path) -> TasksetResult:
+    work = run_dir / launch.spec.name
+    work.mkdir(parents=True, exist_ok=True)
+    for link, target in launch.symlinks:
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(target, target_is_directory=True)
+    launch.cwd.mkdir(parents=True, exist_ok=True)
+    config_path = work / "eval-config.json"
+    config_path.write_text(json.dumps(launch.config, indent=2))
+    log_path = work / "worker.log"
+    env = {**os.environ, **launch.env}
+    started = time.monotonic()
+    with log_path.open("w") as log_file:
+        process = subprocess.run(
+            [sys.executable, "-m", "eval.worker", str(config_path)],
+            cwd=launch.cwd,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    tail = log_path.read_text(errors="replace")[-_LOG_TAIL_CHARS:]
+    if process.returncode != 0:
+        raise TasksetRunError(
+            f"taskset {launch.spec.name}: the verifiers worker exited {process.returncode} after "
+            f"{time.monotonic() - started:.0f} s; log: {log_path}",
+            log_tail=tail,
+        )
+    if not launch.traces_path.is_file():
+        raise TasksetRunError(f"taskset {launch.spec.name}: no traces at {launch.traces_path}", log_tail=tail)
+    result = summarize_traces(
+        launch.traces_path,
+        name=launch.spec.name,
+        taskset_id=launch.spec.taskset_id,
+        max_tokens=launch.spec.max_tokens,
+    )
+    log.info(
+        "%s: %d tasks, %d rollouts, reward %s, %d failures, %d truncations, %.1f s",
+        result.name,
+        result.tasks,
+        result.rollouts,
+        result.reward_mean,
+        result.failures,
+        result.truncations,
+        time.monotonic() - started,
+    )
+    return result
+
+
+def _provenance(locks: Locks, endpoint: Endpoint, overrides: SuiteOverrides) -> dict[str, Any]:
+    from eval.client import CompletionsClient
+
+    versions = {}
+    for dist in (
+        "verifiers",
+        "datasets",
+        "math-verify",
+        "reasoning-gym",
+        "nvidia-mmath",
+        "torch",
+        "exllamav3",
+    ):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    with CompletionsClient(endpoint.base_url.removesuffix("/v1"), api_key=endpoint.api_key) as client:
+        server = client.server_info()
+    return {
+        "versions": versions,
+        "python": platform.python_version(),
+        "locks": {"commit": locks.commit, "digests": locks.digests},
+        "server_info": server,
+        "overrides": overrides.as_dict(),
+    }
+
+
+def run_suite(
+    suite: SuiteSpec,
+    endpoint: Endpoint,
+    *,
+    store: EvalStore | None = None,
+    label: str = "",
+    model_manifest_hash: str | None = None,
+    overrides: SuiteOverrides | None = None,
+    locks: Locks | None = None,
+    paths: EvalPaths | None = None,
+    run_dir: Path | None = None,
+) -> SuiteResult:
+    """Run every taskset of `suite` (already overridden) and store the per-taskset results.
+
+    Raises:
+        MissingEnvironment, MissingDataset, DataIntegrityError, RuntimeUnavailable: from preflight.
+        TasksetRunError: a worker crashed (ok=false episodes are results, not errors).
+    """
+    locks = locks or load_locks()
+    paths = paths or EvalPaths.default()
+    preflight(suite, locks=locks, paths=paths)
+    run_dir = run_dir or new_run_dir(paths, suite.name)
+    provenance = _provenance(locks, endpoint, overrides or SuiteOverrides())
+    results = []
+    for spec in suite.tasksets:
+        launch = build_launch(suite, spec, endpoint, locks=locks, paths=paths, run_dir=run_dir)
+        results.append(_run_taskset(launch, run_dir))
+    result = SuiteResult(suite=suite.name, run_dir=str(run_dir), tasksets=tuple(results))
+    (run_dir / "summary.json").write_text(
+        json.dumps({"provenance": provenance, "result": _jsonable(result)}, indent=2)
+    )
+    if store is not None:
+        suite_run_id = store.save_suite_result(
+            result,
+            label=label,
+            base_url=endpoint.base_url,
+            plan=dataclasses.asdict(suite),
+            provenance=provenance,
+            model_manifest_hash=model_manifest_hash,
+        )
+        result = dataclasses.replace(result, suite_run_id=suite_run_id)
+    return result
+
+
+def _jsonable(value: Any) -> Any:
+    from eval.store import to_jsonable
+
+    return to_jsonable(value)

@@ -1,0 +1,113 @@
+"""Reduce one taskset's verifiers traces.jsonl to a TasksetResult. Pure: reads JSON, imports no verifiers.
+
+Counting rules: an episode with ok=false is an operational failure (the endpoint died, the harness
+crashed, a timeout): it is counted in `failures` and excluded from the reward mean, never scored as
+zero. Reward per episode is verifiers' own `Trace.reward` (sum of score * weight). Truncation is
+verifiers' `Trace.is_truncated` (a framework limit, or a last call that finished on length).
+Output tok/s is the sum of completion tokens over the sum of model-call wall time.
+
+Usage:
+    result = summarize_traces(run_dir / "traces.jsonl", name="aime25", taskset_id="aime25", max_tokens=32768)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from eval.records import EpisodeOutcome, TasksetResult
+
+__all__ = ["episode_outcome", "summarize_episodes", "summarize_traces"]
+
+_LIMIT_STOPS = {"max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "compaction_failed"}
+
+
+def _trace_truncated(trace: dict[str, Any]) -> bool:
+    if trace.get("stop_condition") in _LIMIT_STOPS:
+        return True
+    ok_calls = [c for c in trace.get("calls") or [] if c.get("error") is None]
+    return bool(ok_calls) and ok_calls[-1].get("finish_reason") == "length"
+
+
+def _first_error(episode: dict[str, Any]) -> str | None:
+    errors = list(episode.get("errors") or [])
+    for trace in episode.get("traces") or []:
+        errors.extend(trace.get("errors") or [])
+    if not errors:
+        return None
+    error = errors[-1]
+    return f"{error.get('type', 'Error')}: {error.get('message', '')}"[:500]
+
+
+def episode_outcome(episode: dict[str, Any]) -> EpisodeOutcome:
+    """One traces.jsonl line (an Episode) reduced to what the gate needs."""
+    traces = episode.get("traces") or []
+    ok = bool(episode.get("ok")) and all(t.get("ok", False) for t in traces)
+    reward = None
+    if ok:
+        reward = sum(
+            r["score"] * r.get("weight", 1.0)
+            for t in traces
+            for r in (t.get("rewards") or {}).values()
+            if r is not None
+        )
+    output_tokens = 0
+    model_time_s = 0.0
+    for trace in traces:
+        for call in trace.get("calls") or []:
+            if call.get("error") is not None:
+                continue
+            usage = call.get("usage") or {}
+            output_tokens += int(usage.get("completion_tokens") or 0)
+            span = call.get("time") or {}
+            model_time_s += max(float(span.get("end", 0.0)) - float(span.get("start", 0.0)), 0.0)
+    task = episode.get("task") or {}
+    data = task.get("data") or {}
+    return EpisodeOutcome(
+        task_key=str(task.get("key") or task.get("hash")),
+        task_idx=data.get("idx"),
+        ok=ok,
+        reward=reward,
+        truncated=any(_trace_truncated(t) for t in traces),
+        output_tokens=output_tokens,
+        model_time_s=model_time_s,
+        error=None if ok else (_first_error(episode) or "ok=false without an error record"),
+    )
+
+
+def summarize_episodes(
+    episodes: list[EpisodeOutcome], *, name: str, taskset_id: str, max_tokens: int, run_dir: str
+) -> TasksetResult:
+    ok = [e for e in episodes if e.ok]
+    output_tokens = sum(e.output_tokens for e in episodes)
+    model_time_s = sum(e.model_time_s for e in episodes)
+    return TasksetResult(
+        name=name,
+        taskset_id=taskset_id,
+        max_tokens=max_tokens,
+        tasks=len({e.task_key for e in episodes}),
+        rollouts=len(episodes),
+        failures=len(episodes) - len(ok),
+        truncations=sum(e.truncated for e in episodes),
+        reward_mean=sum(e.reward or 0.0 for e in ok) / len(ok) if ok else None,
+        output_tokens=output_tokens,
+        model_time_s=model_time_s,
+        output_tok_per_s=output_tokens / model_time_s if model_time_s > 0 else None,
+        run_dir=run_dir,
+        episodes=tuple(
+            sorted(episodes, key=lambda e: (e.task_idx if e.task_idx is not None else -1, e.task_key))
+        ),
+    )
+
+
+def summarize_traces(path: Path, *, name: str, taskset_id: str, max_tokens: int) -> TasksetResult:
+    """Read a traces.jsonl (verifiers writes episodes in completion order) and summarize it."""
+    episodes = [
+        episode_outcome(json.loads(line))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+    return summarize_episodes(
+        episodes, name=name, taskset_id=taskset_id, max_tokens=max_tokens, run_dir=str(path.parent)
+    )

@@ -1,171 +1,21 @@
-"""Header-only checkpoints for the search_space tests.
-
-The memory model and the knob conditions read only config.json and safetensors headers, so a
-sparse file with a true header stands in for a checkpoint of any size. The tensor layout is the
-one exllamav3 1.6.5's converter wrote for a tiny Qwen3_5 model on the GPU machine
-(data/qwen3_5-tiny-exl3-schema.json, reproduced exactly by `qwen35_exl3_schema(TINY)`), scaled to
-Qwen3.8-27B's dimensions.
-"""
+"""Session fixtures: header-only checkpoints written by search_space_checkpoints."""
 
 from __future__ import annotations
 
-import json
-import math
-import struct
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-DATA = Path(__file__).parent / "data"
-DTYPE_BYTES = {"I16": 2, "I32": 4, "F16": 2, "BF16": 2, "F32": 4}
-
-
-@dataclass(frozen=True)
-class Qwen35Dims:
-    hidden: int
-    intermediate: int
-    layer_types: tuple[str, ...]
-    q_heads: int
-    kv_heads: int
-    head_dim: int
-    gdn_k_heads: int
-    gdn_v_heads: int
-    gdn_head_dim: int
-    conv: int
-    vocab: int
-    max_position_embeddings: int
-
-
-TINY = Qwen35Dims(512, 1536, ("linear_attention",) * 3 + ("full_attention",), 4, 2, 128, 2, 4, 128, 4, 512, 32768)
-QWEN38_27B = Qwen35Dims(5120, 17408, (("linear_attention",) * 3 + ("full_attention",)) * 16, 24, 4, 256,
-                        16, 48, 128, 4, 248320, 262144)
-
-
-def exl3_linear(key: str, in_features: int, out_features: int, bits: float) -> dict[str, tuple[str, list[int]]]:
-    """An EXL3 linear: trellis int16 [in/16, out/16, 16*bits], suh fp16 [in], svh fp16 [out], mul1 int32."""
-    return {
-        f"{key}.mul1": ("I32", []),
-        f"{key}.suh": ("F16", [in_features]),
-        f"{key}.svh": ("F16", [out_features]),
-        f"{key}.trellis": ("I16", [in_features // 16, out_features // 16, int(16 * bits)]),
-    }
-
-
-def _attention(key: str, d: Qwen35Dims, bits: float) -> dict:
-    q_out = d.q_heads * d.head_dim
-    return {
-        f"{key}.k_norm.weight": ("BF16", [d.head_dim]),
-        **exl3_linear(f"{key}.k_proj", d.hidden, d.kv_heads * d.head_dim, bits),
-        **exl3_linear(f"{key}.o_proj", q_out, d.hidden, bits),
-        f"{key}.q_norm.weight": ("BF16", [d.head_dim]),
-        **exl3_linear(f"{key}.q_proj", d.hidden, 2 * q_out, bits),  # query and output gate
-        **exl3_linear(f"{key}.v_proj", d.hidden, d.kv_heads * d.head_dim, bits),
-    }
-
-
-def _mlp(key: str, d: Qwen35Dims, bits: float) -> dict:
-    return {
-        **exl3_linear(f"{key}.down_proj", d.intermediate, d.hidden, bits),
-        **exl3_linear(f"{key}.gate_proj", d.hidden, d.intermediate, bits),
-        **exl3_linear(f"{key}.up_proj", d.hidden, d.intermediate, bits),
-    }
-
-
-def _gdn(key: str, d: Qwen35Dims, bits: float) -> dict:
-    v_dim = d.gdn_v_heads * d.gdn_head_dim
-    qkv = 2 * d.gdn_k_heads * d.gdn_head_dim + v_dim
-    return {
-        f"{key}.A_log": ("BF16", [d.gdn_v_heads]),
-        f"{key}.conv1d.weight": ("BF16", [qkv, 1, d.conv]),
-        f"{key}.dt_bias": ("BF16", [d.gdn_v_heads]),
-        f"{key}.in_proj_a.weight": ("F16", [d.gdn_v_heads, d.hidden]),
-        f"{key}.in_proj_b.weight": ("F16", [d.gdn_v_heads, d.hidden]),
-        **exl3_linear(f"{key}.in_proj_qkv", d.hidden, qkv, bits),
-        **exl3_linear(f"{key}.in_proj_z", d.hidden, v_dim, bits),
-        f"{key}.norm.weight": ("BF16", [d.gdn_head_dim]),
-        **exl3_linear(f"{key}.out_proj", v_dim, d.hidden, bits),
-    }
-
-
-def qwen35_exl3_schema(d: Qwen35Dims, *, bits: float = 4.0, head_bits: int = 6, mtp_layers: int = 0,
-                       mtp_bits: int = 4, vision: bool = False) -> dict[str, tuple[str, list[int]]]:
-    """Tensor name -> (dtype, shape) of a Qwen3_5 checkpoint as exllamav3's converter writes it."""
-    p = "model.language_model"
-    schema = {**exl3_linear("lm_head", d.hidden, d.vocab, head_bits),
-              f"{p}.embed_tokens.weight": ("BF16", [d.vocab, d.hidden])}
-    for i, kind in enumerate(d.layer_types):
-        key = f"{p}.layers.{i}"
-        schema[f"{key}.input_layernorm.weight"] = ("BF16", [d.hidden])
-        if kind == "linear_attention":
-            schema.update(_gdn(f"{key}.linear_attn", d, bits))
-        else:
-            schema.update(_attention(f"{key}.self_attn", d, bits))
-        schema.update(_mlp(f"{key}.mlp", d, bits))
-        schema[f"{key}.post_attention_layernorm.weight"] = ("BF16", [d.hidden])
-    schema[f"{p}.norm.weight"] = ("BF16", [d.hidden])
-    for i in range(mtp_layers):
-        key = f"mtp.layers.{i}"
-        schema[f"{key}.input_layernorm.weight"] = ("BF16", [d.hidden])
-        schema.update(_attention(f"{key}.self_attn", d, mtp_bits))
-        schema.update(_mlp(f"{key}.mlp", d, mtp_bits))
-        schema[f"{key}.post_attention_layernorm.weight"] = ("BF16", [d.hidden])
-    if mtp_layers:
-        schema.update(exl3_linear("mtp.fc", 2 * d.hidden, d.hidden, mtp_bits))
-        for norm in ("mtp.pre_fc_norm_hidden", "mtp.pre_fc_norm_embedding", "mtp.norm"):
-            schema[f"{norm}.weight"] = ("BF16", [d.hidden])
-    if vision:
-        schema["model.visual.blocks.0.attn.qkv.weight"] = ("BF16", [3 * 1152, 1152])
-    return schema
-
-
-def qwen35_config(d: Qwen35Dims, *, bits: float = 4.0, head_bits: int = 6, mtp_layers: int = 0,
-                  multimodal: bool = False, quantized: bool = True) -> dict:
-    text = {
-        "model_type": "qwen3_5_text", "hidden_size": d.hidden, "intermediate_size": d.intermediate,
-        "num_hidden_layers": len(d.layer_types), "layer_types": list(d.layer_types),
-        "num_attention_heads": d.q_heads, "num_key_value_heads": d.kv_heads, "head_dim": d.head_dim,
-        "linear_num_key_heads": d.gdn_k_heads, "linear_num_value_heads": d.gdn_v_heads,
-        "linear_key_head_dim": d.gdn_head_dim, "linear_value_head_dim": d.gdn_head_dim,
-        "linear_conv_kernel_dim": d.conv, "vocab_size": d.vocab, "hidden_act": "silu", "rms_norm_eps": 1e-6,
-        "max_position_embeddings": d.max_position_embeddings, "mtp_num_hidden_layers": mtp_layers,
-        "tie_word_embeddings": False,
-    }
-    quant = {"quant_method": "exl3", "version": "1.6.5", "bits": bits, "head_bits": head_bits, "codebook": "mul1"}
-    if multimodal:
-        config = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
-                  "text_config": text, "vision_config": {}, "tie_word_embeddings": False}
-    else:
-        config = {"architectures": ["Qwen3_5ForCausalLM"], **text}
-    if quantized:
-        config["quantization_config"] = quant
-    return config
-
-
-def write_safetensors(path: Path, schema: dict[str, tuple[str, list[int]]], *, sparse: bool = True) -> int:
-    """A safetensors file with a true header; the data section is a hole (sparse) or zeros."""
-    header, offset = {}, 0
-    for name, (dtype, shape) in schema.items():
-        size = math.prod(shape) * DTYPE_BYTES[dtype]
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
-        offset += size
-    blob = json.dumps(header, separators=(",", ":")).encode()
-    blob += b" " * (-len(blob) % 8)
-    with path.open("wb") as f:
-        f.write(struct.pack("<Q", len(blob)))
-        f.write(blob)
-        if sparse:
-            f.truncate(8 + len(blob) + offset)
-        else:
-            f.write(bytes(offset))
-    return offset
-
-
-def write_checkpoint(directory: Path, config: dict, schema: dict) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(config, indent=2))
-    write_safetensors(directory / "model.safetensors", schema)
-    return directory
+from search_space_checkpoints import (
+    QWEN38_27B,
+    TINY,
+    Qwen35Dims,
+    attention_schema,
+    exl3_linear,
+    mlp_schema,
+    qwen35_config,
+    qwen35_exl3_schema,
+    write_checkpoint,
+)
 
 
 @pytest.fixture(scope="session")
@@ -218,7 +68,7 @@ def dflash_dir(tmp_path_factory) -> Path:
     """A DFlash draft for the 27B: one attention layer, taps 5 target layers, block size 16."""
     d = Qwen35Dims(5120, 17408, ("full_attention",), 32, 8, 128, 0, 0, 0, 0, 248320, 262144)
     schema = {"layers.0.input_layernorm.weight": ("BF16", [d.hidden]),
-              **_attention("layers.0.self_attn", d, 4.0), **_mlp("layers.0.mlp", d, 4.0),
+              **attention_schema("layers.0.self_attn", d, 4.0), **mlp_schema("layers.0.mlp", d, 4.0),
               **exl3_linear("fc", 5 * d.hidden, d.hidden, 4.0), "norm.weight": ("BF16", [d.hidden])}
     config = {"architectures": ["DFlashDraftModel"], "hidden_size": d.hidden, "intermediate_size": d.intermediate,
               "num_hidden_layers": 1, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,

@@ -71,6 +71,7 @@ def config_from_params(space: SearchSpace, params: Mapping[str, Any]) -> Serving
     return space.to_config(values)
 
 
-def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
-    """Each searched knob's Optuna distribution (for `optuna.create_trial` when importing results)."""
-    return {knob.name: knob.domain.to_distribution() for knob in space.searched}
+def distributions(space: SearchSpace, params: Mapping[str, Any] | None = None) -> dict[str, BaseDistribution]:
+    """Optuna distributions of every searched knob, or of those in `params` (for `optuna.create_trial`)."""
+    return {knob.name: knob.domain.to_distribution() for knob in space.searched
+            if params is None or knob.name in params}

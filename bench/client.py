@@ -216,7 +216,7 @@ class Client:
         t0 = time.perf_counter()
         fields: dict[str, Any] = {}
         token_times: list[float] = []
-        first_event: float | None = None
+        finish_at: float | None = None
         finish_reason: str | None = None
         try:
             with self._http.stream("POST", path, json=body) as response:
@@ -244,9 +244,8 @@ class Client:
                     fields.update(parse_usage(chunk))
                     if text:
                         token_times.append(now)
-                    if (text or finish) and first_event is None:
-                        first_event = now
-                    finish_reason = finish or finish_reason
+                    if finish and finish_at is None:
+                        finish_at, finish_reason = now, finish
         except (httpx.TransportError, _StreamFailed, json.JSONDecodeError) as exc:
             kind = "transport" if isinstance(exc, httpx.TransportError) else "stream"
             return RequestResult(
@@ -264,7 +263,8 @@ class Client:
             http_status=200,
             started_at_unix_s=started_unix,
             latency_s=latency,
-            ttft_s=first_event,
+            ttft_s=token_times[0] if token_times else None,
+            finish_s=finish_at,
             itl_s=tuple(b - a for a, b in zip(token_times, token_times[1:], strict=False)),
             text_chunks=len(token_times),
             finish_reason=finish_reason,

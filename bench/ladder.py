@@ -55,7 +55,7 @@ def validate_run(
         return "the stream carried no usage (prompt_tokens, completion_tokens)"
     if result.cached_tokens is not None and result.cached_tokens > max_cached_tokens:
         return f"prefix-cache hit: {result.cached_tokens} of {result.prompt_tokens} prompt tokens cached"
-    if result.ttft_s is None:
+    if result.prefill_time_client_s is None:
         return "no token arrived"
     if expected_completion_tokens is None:
         if result.completion_tokens < 1:

@@ -62,8 +62,8 @@ class BenchPlan:
             raise BenchConfigError(
                 f"decode_kinds {self.decode_kinds!r}: each must be one of {', '.join(KINDS)}"
             )
-        if self.decode_tokens < 2:
-            raise BenchConfigError(f"decode_tokens must be >= 2 to time decoding, got {self.decode_tokens}")
+        if self.decode_tokens < 3:
+            raise BenchConfigError(f"decode_tokens must be >= 3 to time decoding, got {self.decode_tokens}")
         if not 1 <= self.min_repeats <= self.max_repeats:
             raise BenchConfigError(
                 f"repeats: need 1 <= min_repeats <= max_repeats, got {self.min_repeats} and {self.max_repeats}"

@@ -93,8 +93,9 @@ class RequestResult:
     http_status: int | None = None
     started_at_unix_s: float
     latency_s: float  # request sent -> stream closed
-    ttft_s: float | None = None  # request sent -> first chunk with text (or the finish chunk)
-    itl_s: tuple[float, ...] = ()  # gaps between successive text chunks after the first
+    ttft_s: float | None = None  # request sent -> first chunk with generated text
+    finish_s: float | None = None  # request sent -> the chunk carrying finish_reason
+    itl_s: tuple[float, ...] = ()  # gaps between successive text chunks
     text_chunks: int = 0
     finish_reason: str | None = None
     prompt_tokens: int | None = None  # usage, as the server counted
@@ -113,9 +114,26 @@ class RequestResult:
         return self.ok and self.invalid_reason is None
 
     @property
+    def prefill_time_client_s(self) -> float | None:
+        """The client's prefill time: TTFT, or for a one-token request the time its stream finished.
+
+        A one-token request is done when its only token is out, so its finish time is its TTFT, and
+        unlike the first text chunk it cannot be flattered by servers that stream template text
+        before the model's first token (`transformers serve` sends the opening reasoning "\\n" of a
+        thinking template at once).
+        """
+        if self.spec.max_tokens == 1 and self.finish_s is not None:
+            return self.finish_s
+        return self.ttft_s
+
+    @property
     def decode_span_s(self) -> float:
-        """First text chunk -> last text chunk: the client's view of decode time."""
-        return sum(self.itl_s)
+        """Second text chunk -> last text chunk: the client's view of decode time.
+
+        It starts at the second chunk because the first may be template text sent before prefill
+        ends (see prefill_time_client_s); decode_tok_per_s_client counts the tokens after it.
+        """
+        return sum(self.itl_s[1:])
 
     @property
     def new_prompt_tokens(self) -> int | None:
@@ -125,9 +143,9 @@ class RequestResult:
 
     @property
     def prefill_tok_per_s_client(self) -> float | None:
-        """Uncached prompt tokens over TTFT: includes HTTP, queueing and the first decode step."""
-        n = self.new_prompt_tokens
-        return n / self.ttft_s if n and self.ttft_s else None
+        """Uncached prompt tokens over the client's prefill time (includes HTTP and queueing)."""
+        n, t = self.new_prompt_tokens, self.prefill_time_client_s
+        return n / t if n and t else None
 
     @property
     def prefill_tok_per_s_server(self) -> float | None:
@@ -136,10 +154,14 @@ class RequestResult:
 
     @property
     def decode_tok_per_s_client(self) -> float | None:
-        """Tokens after the first over the first-to-last text chunk span (inter-token timing)."""
-        if self.completion_tokens is None or self.completion_tokens < 2 or self.decode_span_s <= 0:
+        """Tokens after the first two over the span from the second text chunk to the last.
+
+        Exact when each chunk carries one token; when the first chunk is template text it counts
+        one token too few (-0.4 % at 256 tokens), never too many.
+        """
+        if self.completion_tokens is None or self.completion_tokens < 3 or self.decode_span_s <= 0:
             return None
-        return (self.completion_tokens - 1) / self.decode_span_s
+        return (self.completion_tokens - 2) / self.decode_span_s
 
     @property
     def decode_tok_per_s_server(self) -> float | None:
@@ -236,7 +258,8 @@ class PrefillPoint(_Point):
 
     @property
     def ttft_s(self) -> Summary | None:
-        return _summary([r.ttft_s for r in self.valid_runs if r.ttft_s is not None])
+        """The client's prefill time (see RequestResult.prefill_time_client_s)."""
+        return _summary([t for r in self.valid_runs if (t := r.prefill_time_client_s) is not None])
 
     @property
     def prefill_tok_per_s_client(self) -> Summary | None:

@@ -1,0 +1,99 @@
+"""Test doubles at bench's outside boundary: a server with a prefix cache, which the CPU engine lacks.
+
+`PrefixCachingFakeServer` speaks just enough streaming OpenAI chat to be measured, and reports
+`cached_tokens` the way a paged prefix cache would (exllamav3 pages, vLLM blocks): the longest
+prefix shared with any earlier prompt, in whole pages. It lets a test show that bench's prompts
+defeat such a cache and that bench flags a hit when prompts repeat.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+CHARS_PER_TOKEN = 4
+PAGE_TOKENS = 16
+
+
+class PrefixCachingFakeServer:
+    """A loopback HTTP server on a free port; use as a context manager, read `.url`."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> PrefixCachingFakeServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+    def cached_tokens(self, prompt: str) -> int:
+        with self._lock:
+            shared = max((_common_prefix(prompt, p) for p in self.prompts), default=0)
+            self.prompts.append(prompt)
+        return (shared // CHARS_PER_TOKEN) // PAGE_TOKENS * PAGE_TOKENS
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:  # quiet
+                pass
+
+            def do_GET(self) -> None:
+                if self.path == "/v1/models":
+                    self._json(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
+                else:
+                    self._json(404, {"error": {"message": "not found"}})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                prompt = body["messages"][0]["content"]
+                cached = fake.cached_tokens(prompt)
+                prompt_tokens = 5 + len(prompt) // CHARS_PER_TOKEN  # 5: the chat template
+                time.sleep(2e-6 * (prompt_tokens - cached))  # "prefill" only what is not cached
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for _ in range(body["max_tokens"]):
+                    time.sleep(0.001)
+                    self._event({"choices": [{"index": 0, "delta": {"content": " tok"}, "finish_reason": None}]})
+                usage = {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": body["max_tokens"],
+                    "prompt_tokens_details": {"cached_tokens": cached},
+                }
+                self._event({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+                self._event({"choices": [], "usage": usage})
+                self.wfile.write(b"data: [DONE]\n\n")
+
+            def _event(self, data: dict) -> None:
+                self.wfile.write(f"data: {json.dumps(data)}\n\n".encode())
+                self.wfile.flush()
+
+            def _json(self, status: int, data: dict) -> None:
+                raw = json.dumps(data).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        return Handler
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

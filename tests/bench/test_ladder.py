@@ -1,0 +1,132 @@
+"""The ladders against real servers: this project's server on the tiny model, and a fake prefix cache."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import BenchPlan, Endpoint, run_bench
+from bench.errors import BenchConfigError, ServerUnreachable
+from bench.records import BenchResult
+from tests.bench.fakes import PrefixCachingFakeServer
+
+pytestmark = pytest.mark.slow
+
+# small on purpose: 2 CPU cores; the GPU run uses the CLI defaults
+PLAN = BenchPlan(
+    prefill_tokens=(128, 512),
+    decode_context_tokens=(256,),
+    decode_tokens=16,
+    min_repeats=3,
+    max_repeats=4,
+    warmup_requests=1,
+    prefill_target_rel_ci=0.2,
+    decode_target_rel_ci=0.1,
+    gpu_index=None,
+)
+
+
+@pytest.fixture(scope="module")
+def result(tiny_server) -> BenchResult:
+    return run_bench(PLAN, Endpoint(url=tiny_server.url))
+
+
+def _all_requests(result: BenchResult):
+    yield from result.probes
+    for point in (*result.prefill, *result.decode):
+        yield from point.warmups
+        yield from point.runs
+
+
+def test_every_point_of_both_ladders_has_enough_valid_runs(result):
+    assert [p.key for p in result.prefill] == ["prefill@128", "prefill@512"]
+    assert [d.key for d in result.decode] == ["decode@256/math", "decode@256/code", "decode@256/mc"]
+    for point in (*result.prefill, *result.decode):
+        assert len(point.valid_runs) >= PLAN.min_repeats, (point.key, point.invalid_reasons)
+        assert len(point.runs) <= PLAN.max_repeats
+        assert point.warmups, "warm-ups are run and kept apart from the measured runs"
+
+
+def test_no_request_was_served_from_a_prefix_cache_and_no_prompt_repeated(result):
+    requests = list(_all_requests(result))
+    assert result.server.reports_cached_tokens
+    assert all(r.cached_tokens == 0 for r in requests)
+    shas = [r.spec.prompt_sha256 for r in requests]
+    assert len(set(shas)) == len(shas)
+
+
+def test_prompt_sizes_follow_the_ladder_in_the_servers_own_tokens(result):
+    small, large = (p.prompt_tokens_median for p in result.prefill)
+    assert small < large
+    assert large == pytest.approx(512, rel=0.35)
+    for point in result.decode:
+        assert point.prompt_tokens_median > 200
+
+
+def test_decode_runs_have_exactly_the_fixed_length_via_ignore_eos(result):
+    assert result.server.accepts_ignore_eos
+    for point in result.decode:
+        assert {r.completion_tokens for r in point.valid_runs} == {PLAN.decode_tokens}
+        assert all(r.spec.ignore_eos for r in point.runs)
+
+
+def test_server_and_client_rates_are_both_recorded_and_agree(result):
+    assert result.server.reports_timings
+    for point in result.prefill:
+        client, server = point.prefill_tok_per_s_client.median, point.prefill_tok_per_s_server.median
+        assert 0 < client <= server * 1.05  # the client's clock also sees HTTP and queueing
+    for point in result.decode:
+        client, server = point.decode_tok_per_s_client.median, point.decode_tok_per_s_server.median
+        assert client == pytest.approx(server, rel=0.3)
+
+
+def test_result_records_the_server_and_round_trips_through_json(result):
+    assert result.server.server_info["engine"] == "transformers"
+    assert result.gpu is None  # no NVML here: telemetry absent, not an error
+    back = BenchResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert back == result
+    assert back.headline() == result.headline()
+
+
+def test_a_length_over_the_servers_context_is_refused_before_measuring(tiny_server):
+    plan = BenchPlan(prefill_tokens=(40_000,), decode_context_tokens=(), gpu_index=None, warmup_requests=0)
+    with pytest.raises(BenchConfigError, match="max_model_len"):
+        run_bench(plan, Endpoint(url=tiny_server.url))
+
+
+def test_an_unreachable_server_is_a_clear_error():
+    with pytest.raises(ServerUnreachable, match="127.0.0.1:9"):
+        run_bench(PLAN, Endpoint(url="http://127.0.0.1:9"))
+
+
+# ---- prefix-cache defeat, against a fake server that has a paged prefix cache ----
+
+FAKE_PLAN = BenchPlan(
+    prefill_tokens=(512, 2048),
+    decode_context_tokens=(512,),
+    decode_kinds=("math",),
+    decode_tokens=8,
+    min_repeats=3,
+    max_repeats=3,
+    warmup_requests=1,
+    gpu_index=None,
+    salt="fixed",
+)
+
+
+def test_unique_prompts_never_hit_a_prefix_cache():
+    with PrefixCachingFakeServer() as server:
+        result = run_bench(FAKE_PLAN, Endpoint(url=server.url))
+    assert result.invalid_runs == 0
+    assert all(r.cached_tokens == 0 for r in _all_requests(result))
+
+
+def test_repeated_prompts_are_caught_as_cache_hits_and_never_averaged():
+    with PrefixCachingFakeServer() as server:
+        run_bench(FAKE_PLAN, Endpoint(url=server.url))
+        again = run_bench(FAKE_PLAN, Endpoint(url=server.url))  # same salt: the same prompts again
+    for point in (*again.prefill, *again.decode):
+        assert not point.valid_runs
+        assert all(reason.startswith("prefix-cache hit") for reason in point.invalid_reasons)
+    assert again.samples() == {}

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from search_space.budget import FitCheck
-from search_space.domains import USE_DEFAULT
+from search_space.domains import USE_DEFAULT, UseDefault
 from search_space.knobs import Knob
 from search_space.space import SearchSpace
 from serving.config import ServingConfig
@@ -104,13 +104,18 @@ def _knob_dict(knob: Knob, space: SearchSpace) -> dict[str, Any]:
     return {
         "name": knob.name,
         "domain": knob.domain.describe(),
-        "default": knob.domain.to_param(knob.default) if knob.default is USE_DEFAULT else knob.default,
+        "default": _json_value(knob.default),
         "applied_as": knob.applied_as.describe(),
         "applies_when": knob.describe_when(),
         "may_change_outputs": knob.may_change_outputs,
         "pinned": knob.name in space.pinned,
+        "pinned_value": _json_value(space.pinned[knob.name]) if knob.name in space.pinned else None,
         "note": knob.note,
     }
+
+
+def _json_value(value: Any) -> Any:
+    return UseDefault.OPTUNA_TOKEN if value is USE_DEFAULT else value
 
 
 def _domain(knob: Knob, space: SearchSpace) -> str:

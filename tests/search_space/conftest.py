@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from search_space_checkpoints import (
+
+from tests.search_space.search_space_checkpoints import (
     QWEN38_27B,
     TINY,
     Qwen35Dims,

@@ -2,7 +2,10 @@ import json
 import struct
 
 import pytest
-from search_space_checkpoints import (
+
+from search_space.errors import ModelInfoError
+from search_space.model_info import read_model_info, read_safetensors_header
+from tests.search_space.search_space_checkpoints import (
     DATA,
     QWEN38_27B,
     TINY,
@@ -11,9 +14,6 @@ from search_space_checkpoints import (
     write_checkpoint,
     write_safetensors,
 )
-
-from search_space.errors import ModelInfoError
-from search_space.model_info import read_model_info, read_safetensors_header
 
 GiB = 1024**3
 

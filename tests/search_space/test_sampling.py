@@ -111,3 +111,14 @@ def test_the_cpu_engine_space_samples_transformers_configs(tiny_hf_dir):
     assert {c.engine for c in configs} == {"transformers"}
     assert len({c.digest for c in configs}) > 10
     assert all(c.args.threads in (0, 1, 2) for c in configs)
+
+
+def test_the_embedded_default_model_searches_a_real_cpu_space(tiny_model_dir):
+    """The project's generated tiny model (real transformers safetensors) on the transformers engine."""
+    info = read_model_info(tiny_model_dir)
+    assert info.is_hybrid and not info.is_exl3 and info.num_attention_layers == 1
+    embedding = info.tensors["model.embed_tokens.weight"]
+    assert embedding.shape == (1024, 512) and info.weight_bytes("embedding") == embedding.nbytes
+    space = build_space(SpaceContext(engine="transformers", model=info, cpu_count=2))
+    assert space.size() == 360
+    assert sample_config(FixedTrial(baseline_params(space)), space) == ServingConfig.from_dict({"engine": "transformers"})

@@ -30,8 +30,6 @@ from search_space.report import SpaceSummary, render_rich, render_text, summary_
 from search_space.space import build_space
 from serving.config import ENGINES, default_engine
 
-log = logging.getLogger("search_space")
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(

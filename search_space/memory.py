@@ -158,8 +158,12 @@ class MemoryModel:
             q_out = m.num_attention_heads * m.head_dim
             per_row = (2 * q_out + 2 * m.num_kv_heads * m.head_dim + q_out) * FP16  # q + gate, k, v, output
             layers.append(rows * per_row + reconstruct("self_attn.") + self._qc_staging_bytes(args, env))
+        # Hidden states the target exports for its drafter's own prefill (generator/job.py export_states):
+        # the final state for MTP, the tapped layers' states for DFlash
         taps = 0
-        if args.draft_mode == "dflash" and self.draft_model is not None:
+        if args.draft_mode == "mtp":
+            taps = rows * m.hidden_size * FP16
+        elif args.draft_mode == "dflash" and self.draft_model is not None:
             taps = self.draft_model.dflash_target_layers * rows * m.hidden_size * FP16
         return residual + max(layers) + taps
 

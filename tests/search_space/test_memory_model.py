@@ -107,6 +107,7 @@ def test_mtp_drafting_adds_its_weights_its_cache_and_the_sparse_head(qwen27b_mtp
     one_layer_cache = 32768 * 4 * KiB  # 1 attention layer x fp16 K,V at 4 KiB/token
     assert mtp.draft_bytes == info.weight_bytes("mtp") + one_layer_cache + 16384 * 5120 * 2
     assert mtp.weights_bytes == plain.weights_bytes  # vision tensors are never loaded
+    assert mtp.workspace_bytes - plain.workspace_bytes == 2048 * 5120 * 2  # exported final states
 
 
 def test_dflash_drafting_adds_the_draft_checkpoint_its_cache_and_tapped_states(qwen27b_dir, dflash_dir):

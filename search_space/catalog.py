@@ -23,7 +23,7 @@ __all__ = ["EXL3_KNOBS", "TRANSFORMERS_KNOBS", "catalog_for"]
 GiB = 1024**3
 PAGE_TOKENS = 256  # exllamav3 constants.PAGE_SIZE
 
-HYBRID = on_context("the model has linear-attention (Gated DeltaNet) layers", lambda c: c.model.is_hybrid)
+HYBRID = on_context("the model has Gated DeltaNet (linear-attention) layers", lambda c: c.model.is_hybrid)
 EXL3_WEIGHTS = on_context("the checkpoint is EXL3-quantized", lambda c: c.model.is_exl3)
 MUL1_WEIGHTS = on_context("the checkpoint is EXL3 with the mul1 codebook", lambda c: c.model.has_mul1_codebook)
 HAS_ATTENTION = on_context("the model has attention layers", lambda c: c.model.num_attention_layers > 0)

@@ -83,8 +83,12 @@ def render_text(summary: SpaceSummary) -> str:
 def render_rich(summary: SpaceSummary, console: Console) -> None:
     space = summary.space
     table = Table(title=f"{space.context.engine} knobs for {space.context.model.directory.name}")
-    for column in ("knob", "domain", "default", "applied as", "applies when", "may change outputs"):
-        table.add_column(column)
+    table.add_column("knob", no_wrap=True, style="bold")
+    table.add_column("domain")
+    table.add_column("default", no_wrap=True)
+    table.add_column("applied as", overflow="fold")
+    table.add_column("applies when")
+    table.add_column("may change outputs", no_wrap=True)
     for knob in space.knobs:
         table.add_row(knob.name, _domain(knob, space), _value(knob.default), knob.applied_as.describe(),
                       knob.describe_when(), "yes" if knob.may_change_outputs else "no")

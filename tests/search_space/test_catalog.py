@@ -316,7 +316,7 @@ def test_bad_pins_are_refused_naming_the_knob(qwen27b_dir, pinned, message):
 
 
 def test_pinning_a_knob_that_does_not_apply_to_the_model_says_why(dense_exl3_dir):
-    with pytest.raises(SpaceError, match="linear-attention"):
+    with pytest.raises(SpaceError, match="Gated DeltaNet"):
         _space(dense_exl3_dir, pinned={"cache_slots": 1})
 
 

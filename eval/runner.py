@@ -87,15 +87,6 @@ def preflight(suite: SuiteSpec, *, locks: Locks, paths: EvalPaths, check_runtime
     missing_envs = sorted({t.taskset_id for t in suite.tasksets if not is_installed(t.taskset_id)})
     if not is_installed(suite.harness, "harnesses"):
         missing_envs.append(f"harness {suite.harness}")
-    if missing_envs:
-        unpinned = [n for n in missing_envs if n not in locks.environments]
-        hint = "run `python -m eval setup` (needs GitHub) to install them from the pinned prime-environments commit"
-        if unpinned:
-            hint += f"; {unpinned} have no entry in locks/prime-environments.toml"
-        raise MissingEnvironment(
-            f"suite {suite.name}: taskset environment(s) not installed: {', '.join(missing_envs)}; {hint}",
-            names=tuple(missing_envs),
-        )
     missing_data: list[str] = []
     for spec in suite.tasksets:
         if spec.dataset is None:
@@ -104,14 +95,24 @@ def preflight(suite: SuiteSpec, *, locks: Locks, paths: EvalPaths, check_runtime
             check_dataset(paths, locks.datasets[spec.dataset])
         except MissingDataset:
             missing_data.append(spec.dataset)
+    missing_data = sorted(set(missing_data))
+    parts = []
+    if missing_envs:
+        hint = "run `python -m eval setup` (needs GitHub) to install them from the pinned prime-environments commit"
+        unpinned = [n for n in missing_envs if n not in locks.environments]
+        if unpinned:
+            hint += f"; {unpinned} have no entry in locks/prime-environments.toml"
+        parts.append(f"taskset environment(s) not installed: {', '.join(missing_envs)}; {hint}")
     if missing_data:
-        names = sorted(set(missing_data))
-        raise MissingDataset(
-            f"suite {suite.name}: pinned dataset(s) not in {paths.hub_dir}: {', '.join(names)}; run "
-            + " && ".join(f"`python -m eval data {n}`" for n in names)
-            + " on a host that can reach the Hub (runs are offline and never download)",
-            names=tuple(names),
+        parts.append(
+            f"pinned dataset(s) not in {paths.hub_dir}: {', '.join(missing_data)}; run "
+            + " && ".join(f"`python -m eval data {n}`" for n in missing_data)
+            + " on a host that can reach the Hub (runs are offline and never download)"
         )
+    if missing_envs:
+        raise MissingEnvironment(f"suite {suite.name}: " + ". ".join(parts), names=tuple(missing_envs))
+    if missing_data:
+        raise MissingDataset(f"suite {suite.name}: " + ". ".join(parts), names=tuple(missing_data))
     if check_runtime and suite.runtime.type == "docker" and (problem := _docker_problem()):
         raise RuntimeUnavailable(
             f"suite {suite.name} runs its tasksets in the local Docker runtime, but Docker is not usable: "

@@ -1,0 +1,462 @@
+"""CLI of the intelligence gate.
+
+Usage:
+    python -m eval setup [--check]                        # pinned prime-environments -> installed tasksets
+    python -m eval data NAME|all [--check]                # download + verify a pinned Hub dataset
+    python -m eval run --suite NAME --dry-run             # validate a suite's configuration, no model
+    python -m eval run --suite offline --url URL [--limit N --max-tokens N] [--db URL]
+    python -m eval fidelity capture --url URL --db URL --manifest-hash H
+    python -m eval fidelity measure --url URL --db URL --manifest-hash H --role candidate --label L
+    python -m eval fidelity sweep --model DIR --baseline B.json --candidate NAME=C.json ... --db URL
+    python -m eval gate --db URL --manifest-hash H --floor ID --candidate ID [--baseline-suite ID --candidate-suite ID]
+
+Exit status: 0 ok (and, for gate/sweep, every candidate passed), 1 failed, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.logging import RichHandler
+
+from eval.errors import EvalConfigError, EvalError
+
+console = Console()
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _token_sizes(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated token counts, got {text!r}") from None
+
+
+def _read_key(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        key = path.read_text().strip()
+    except OSError as exc:
+        raise EvalConfigError(f"cannot read the API key file {path}: {exc.strerror}") from None
+    if not key:
+        raise EvalConfigError(f"the API key file {path} is empty")
+    return key
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cache-dir", type=Path, help="sources, data and runs (default $EVAL_CACHE_DIR or .cache/eval)"
+    )
+    p.add_argument("--locks-dir", type=Path, help="lock files (default: locks/ of this checkout)")
+    p.add_argument("-v", "--verbose", action="store_true")
+
+
+def _add_probe_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--continuation-tokens", type=_positive_int, default=128, help="greedy tokens per suite-kind probe"
+    )
+    p.add_argument(
+        "--long-context-tokens",
+        type=_token_sizes,
+        default=(8192, 32768),
+        help="comma-separated target prompt sizes of the long-context probes (e.g. 8192,32768)",
+    )
+    p.add_argument("--long-continuation-tokens", type=_positive_int, default=32)
+    p.add_argument("--top-k", type=_positive_int, default=20, help="logprobs per position (server max 20)")
+
+
+def _add_policy_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--noise-factor", type=float, default=3.0, help="limit = factor x max(floor, min floor)")
+    p.add_argument("--min-floor-kl-mean", type=float, default=1e-4)
+    p.add_argument("--min-floor-kl-p99", type=float, default=1e-3)
+    p.add_argument("--min-floor-top1-disagreement", type=float, default=2e-3)
+    p.add_argument(
+        "--margin", type=int, default=1, help="tasks: fail when lost - gained > margin (per taskset)"
+    )
+    p.add_argument("--max-lost", type=int, default=None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m eval", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    setup = sub.add_parser(
+        "setup", help="fetch the pinned prime-environments commit and install its tasksets"
+    )
+    setup.add_argument("--check", action="store_true", help="verify checkout and installs without network")
+    setup.add_argument("environments", nargs="*", help="only these (default: every pinned one)")
+    _add_common(setup)
+
+    data = sub.add_parser("data", help="download and verify a pinned dataset (NAME from locks/datasets.toml)")
+    data.add_argument("name", help="dataset name, or 'all'")
+    data.add_argument("--check", action="store_true", help="verify the cached files only; no network")
+    _add_common(data)
+
+    run = sub.add_parser("run", help="run a suite through verifiers against a server")
+    run.add_argument("--suite", required=True)
+    target = run.add_mutually_exclusive_group(required=True)
+    target.add_argument("--url", help="server root, e.g. http://127.0.0.1:18020")
+    target.add_argument("--dry-run", action="store_true", help="validate the suite's configuration only")
+    run.add_argument("--model", help="served model name (default: the one /v1/models lists)")
+    run.add_argument("--api-key-file", type=Path)
+    run.add_argument("--limit", type=_positive_int, help="tasks per taskset (overrides the suite)")
+    run.add_argument("--max-tokens", type=_positive_int, help="output tokens per call (overrides the suite)")
+    run.add_argument(
+        "--harness", help="verifiers harness id (offline default: eval-chat; Prime suites: null)"
+    )
+    run.add_argument("--runtime-image", help="docker image for the Prime suites' runtime")
+    run.add_argument("--taskset", action="append", default=[], help="run only this taskset (repeatable)")
+    run.add_argument("--db", help="results.db URL to store the run in, e.g. sqlite:///results.db")
+    run.add_argument("--label", default="", help="what was measured (e.g. the serving config digest)")
+    run.add_argument("--manifest-hash", help="model manifest hash recorded with the run")
+    run.add_argument("--output", type=Path, help="dry-run: write each resolved EvalConfig JSON here")
+    _add_common(run)
+
+    fid = sub.add_parser("fidelity", help="fidelity against the baseline's reference")
+    fsub = fid.add_subparsers(dest="fidelity_command", required=True)
+    cap = fsub.add_parser("capture", help="capture the reference on the baseline server")
+    cap.add_argument("--url", required=True)
+    cap.add_argument(
+        "--replace", action="store_true", help="replace a stored reference (drops its measurements)"
+    )
+    meas = fsub.add_parser("measure", help="measure a server against the stored reference")
+    meas.add_argument("--url", required=True)
+    meas.add_argument("--role", choices=("noise_floor", "candidate"), required=True)
+    for p in (cap, meas):
+        p.add_argument("--db", required=True)
+        p.add_argument("--manifest-hash", required=True)
+        p.add_argument("--label", default="baseline")
+        p.add_argument("--api-key-file", type=Path)
+        _add_probe_options(p)
+        _add_common(p)
+    sweep = fsub.add_parser("sweep", help="launch baseline (x2) and candidates, measure, decide, record")
+    sweep.add_argument("--model", type=Path, required=True, help="model folder the server loads")
+    sweep.add_argument("--baseline", type=Path, required=True, help="baseline serving config JSON")
+    sweep.add_argument("--candidate", action="append", default=[], required=True, metavar="NAME=CONFIG.json")
+    sweep.add_argument("--db", required=True)
+    sweep.add_argument("--manifest-hash", help="default: a digest of every file in --model")
+    sweep.add_argument("--log-dir", type=Path, default=Path("runs/fidelity"))
+    sweep.add_argument("--replace-reference", action="store_true")
+    sweep.add_argument("--startup-timeout-s", type=float, default=900.0)
+    _add_probe_options(sweep)
+    _add_policy_options(sweep)
+    _add_common(sweep)
+
+    gate = sub.add_parser(
+        "gate", help="decide on stored measurements and suite runs, and record the decision"
+    )
+    gate.add_argument("--db", required=True)
+    gate.add_argument("--manifest-hash", required=True)
+    gate.add_argument("--floor", type=int, help="noise-floor measurement id")
+    gate.add_argument("--candidate", type=int, help="candidate measurement id")
+    gate.add_argument("--baseline-suite", type=int, help="baseline suite run id")
+    gate.add_argument("--candidate-suite", type=int, help="candidate suite run id")
+    gate.add_argument("--candidate-label", default="candidate")
+    gate.add_argument("--baseline-label", default="baseline")
+    _add_policy_options(gate)
+    _add_common(gate)
+    return parser
+
+
+def setup_logging(verbose: bool) -> None:
+    level = logging.DEBUG if verbose else logging.INFO
+    if console.is_terminal:
+        logging.basicConfig(
+            level=level, handlers=[RichHandler(console=console, show_path=False)], format="%(message)s"
+        )
+    else:
+        logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def _paths(args):
+    from eval.snapshots import EvalPaths
+
+    return EvalPaths(args.cache_dir.resolve()) if args.cache_dir else EvalPaths.default()
+
+
+def _locks(args):
+    from eval.locks import load_locks
+
+    return load_locks(args.locks_dir)
+
+
+def _probe_set(args):
+    from eval.probes import ProbeSetConfig, build_probe_set
+
+    return build_probe_set(
+        ProbeSetConfig(
+            continuation_tokens=args.continuation_tokens,
+            long_context_tokens=args.long_context_tokens,
+            long_continuation_tokens=args.long_continuation_tokens,
+            top_k=args.top_k,
+        )
+    )
+
+
+def _policy(args):
+    from eval.decision import FidelityPolicy, GatePolicy, TaskPolicy
+
+    return GatePolicy(
+        fidelity=FidelityPolicy(
+            noise_factor=args.noise_factor,
+            min_floor_kl_mean=args.min_floor_kl_mean,
+            min_floor_kl_p99=args.min_floor_kl_p99,
+            min_floor_top1_disagreement=args.min_floor_top1_disagreement,
+        ),
+        tasks=TaskPolicy(margin=args.margin, max_lost=args.max_lost),
+    )
+
+
+def cmd_setup(args) -> int:
+    from eval.runner import is_installed
+    from eval.sources import checkout_dir, ensure_checkout, install_environments, verify_checkout
+
+    locks, paths = _locks(args), _paths(args)
+    if args.check:
+        verify_checkout(locks, checkout_dir(paths))
+        missing = [n for n in (args.environments or sorted(locks.environments)) if not is_installed(n)]
+        if missing:
+            raise EvalError(
+                f"checkout ok, but not installed: {', '.join(missing)}; run `python -m eval setup`"
+            )
+        print(f"prime_environments: {locks.commit} (verified)")
+        return 0
+    checkout = ensure_checkout(locks, paths)
+    installed = install_environments(locks, checkout, args.environments or None)
+    print(f"prime_environments: {locks.commit}")
+    for name in installed:
+        print(f"installed: {name} {locks.environments[name].version}")
+    return 0
+
+
+def cmd_data(args) -> int:
+    from eval.snapshots import check_dataset, download_dataset
+
+    locks, paths = _locks(args), _paths(args)
+    names = sorted(locks.datasets) if args.name == "all" else [args.name]
+    for name in names:
+        if name not in locks.datasets:
+            raise EvalConfigError(
+                f"unknown dataset {name!r}; pinned: {', '.join(sorted(locks.datasets))}, or 'all'"
+            )
+        pin = locks.datasets[name]
+        snapshot = check_dataset(paths, pin) if args.check else download_dataset(paths, pin)
+        print(
+            f"verified: {name} {pin.repo}@{pin.revision} ({len(pin.files)} files, {pin.size_bytes} bytes) {snapshot}"
+        )
+    return 0
+
+
+def cmd_run(args) -> int:
+    from eval import report
+    from eval.run_config import Endpoint
+    from eval.runner import dry_run, new_run_dir, run_suite
+    from eval.suites import SuiteOverrides, apply_overrides, get_suite
+
+    overrides = SuiteOverrides(
+        limit=args.limit,
+        max_tokens=args.max_tokens,
+        harness=args.harness,
+        runtime_image=args.runtime_image,
+        tasksets=tuple(args.taskset),
+    )
+    suite = apply_overrides(get_suite(args.suite), overrides)
+    locks, paths = _locks(args), _paths(args)
+    if args.dry_run:
+        output = args.output or new_run_dir(paths, f"{suite.name}-dry-run")
+        entries = dry_run(suite, locks=locks, paths=paths, run_dir=output, model=args.model or "dry-run")
+        output.mkdir(parents=True, exist_ok=True)
+        for entry in entries:
+            (output / f"{entry.name}.eval-config.json").write_text(json.dumps(entry.config, indent=2))
+            print(f"{entry.name}.config: valid ({entry.validated})")
+            print(f"{entry.name}.environment_installed: {entry.environment_installed}")
+            if entry.dataset is not None:
+                print(
+                    f"{entry.name}.dataset: {entry.dataset} ({'verified' if entry.dataset_ready else 'not downloaded'})"
+                )
+        print(f"suite: {suite.name} configuration valid; resolved configs in {output}")
+        return 0
+    from eval.client import CompletionsClient
+
+    api_key = _read_key(args.api_key_file)
+    model = args.model
+    if model is None:
+        with CompletionsClient(args.url, api_key=api_key) as client:
+            model = client.model
+    store = None
+    if args.db:
+        from eval.store import EvalStore
+
+        store = EvalStore(args.db)
+    result = run_suite(
+        suite,
+        Endpoint(base_url=args.url, model=model, api_key=api_key),
+        store=store,
+        label=args.label,
+        model_manifest_hash=args.manifest_hash,
+        overrides=overrides,
+        locks=locks,
+        paths=paths,
+    )
+    if console.is_terminal:
+        report.print_suite(console, result)
+    for line in report.suite_lines(result):
+        print(line)
+    failures = sum(t.failures for t in result.tasksets)
+    if failures:
+        console.print(
+            f"[red]{failures} episode(s) failed operationally (ok=false); see {result.run_dir}[/red]"
+        )
+        return 1
+    return 0
+
+
+def cmd_fidelity(args) -> int:
+    from eval import report
+    from eval.fidelity import capture_reference, measure_fidelity
+    from eval.store import EvalStore
+
+    store = EvalStore(args.db)
+    probes = _probe_set(args)
+    if args.fidelity_command == "sweep":
+        return _cmd_sweep(args, store, probes)
+    api_key = _read_key(args.api_key_file)
+    if args.fidelity_command == "capture":
+        reference = capture_reference(
+            args.url,
+            probes,
+            store=store,
+            model_manifest_hash=args.manifest_hash,
+            label=args.label,
+            api_key=api_key,
+            replace=args.replace,
+        )
+        print(f"reference_id: {reference.reference_id}")
+        print(f"probe_set_digest: {reference.probe_set_digest}")
+        print(f"positions: {reference.n_positions}")
+        return 0
+    reference = store.load_reference(args.manifest_hash, probes.digest)
+    measured = measure_fidelity(
+        args.url, reference, store=store, role=args.role, label=args.label, api_key=api_key
+    )
+    report.print_fidelity(console, [(args.label, measured.metrics)])
+    print(f"measurement_id: {measured.measurement_id}")
+    for key in ("kl_mean", "kl_p99", "kl_max", "top1_agreement", "greedy_match_fraction"):
+        print(f"{key}: {getattr(measured.metrics, key):.6g}")
+    return 0
+
+
+def _cmd_sweep(args, store, probes) -> int:
+    from eval import report
+    from eval.sweep import manifest_digest, run_sweep
+
+    candidates = []
+    for item in args.candidate:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise EvalConfigError(f"--candidate expects NAME=CONFIG.json, got {item!r}")
+        candidates.append((name, Path(path)))
+    manifest = args.manifest_hash or manifest_digest(args.model)
+    reference, floor, outcomes = run_sweep(
+        model_dir=args.model,
+        baseline_config_path=args.baseline,
+        candidates=candidates,
+        probe_set=probes,
+        store=store,
+        model_manifest_hash=manifest,
+        log_dir=args.log_dir,
+        policy=_policy(args).fidelity,
+        replace_reference=args.replace_reference,
+        startup_timeout_s=args.startup_timeout_s,
+    )
+    report.print_fidelity(
+        console,
+        [("baseline (noise floor)", floor.metrics)] + [(o.label, o.measurement.metrics) for o in outcomes],
+    )
+    print(f"model_manifest_hash: {manifest}")
+    print(f"reference_id: {reference.reference_id}")
+    print(f"noise_floor.measurement_id: {floor.measurement_id}")
+    print(f"noise_floor.kl_mean: {floor.metrics.kl_mean:.6g}")
+    for o in outcomes:
+        m = o.measurement.metrics
+        print(f"{o.label}.gate: {'pass' if o.passed else 'fail'}")
+        print(f"{o.label}.kl_mean: {m.kl_mean:.6g}")
+        print(f"{o.label}.kl_p99: {m.kl_p99:.6g}")
+        print(f"{o.label}.top1_agreement: {m.top1_agreement:.6f}")
+        print(f"{o.label}.greedy_match_fraction: {m.greedy_match_fraction:.4f}")
+        print(f"{o.label}.decision_id: {o.decision_id}")
+        for reason in o.reasons:
+            print(f"{o.label}.reason: {reason}")
+    return 0
+
+
+def cmd_gate(args) -> int:
+    from eval import report
+    from eval.fidelity import FidelityMeasurement
+    from eval.gate import gate_candidate
+    from eval.store import EvalStore
+
+    store = EvalStore(args.db)
+
+    def measurement(mid: int | None, role: str):
+        if mid is None:
+            return None
+        return FidelityMeasurement(
+            measurement_id=mid,
+            role=role,
+            label=role,
+            metrics=store.load_measurement(mid),
+            per_probe=(),
+            elapsed_s=0.0,
+        )
+
+    record = gate_candidate(
+        store,
+        model_manifest_hash=args.manifest_hash,
+        candidate_label=args.candidate_label,
+        baseline_label=args.baseline_label,
+        policy=_policy(args),
+        floor=measurement(args.floor, "noise_floor"),
+        candidate_fidelity=measurement(args.candidate, "candidate"),
+        baseline_suite=store.load_suite_result(args.baseline_suite) if args.baseline_suite else None,
+        candidate_suite=store.load_suite_result(args.candidate_suite) if args.candidate_suite else None,
+    )
+    report.print_decision(console, args.candidate_label, record.decision)
+    print(f"decision_id: {record.decision_id}")
+    print(f"passed: {record.decision.passed}")
+    for verdict in record.decision.tasksets:
+        print(f"{verdict.name}.lost: {verdict.lost}")
+        print(f"{verdict.name}.gained: {verdict.gained}")
+    return 0 if record.decision.passed else 1
+
+
+COMMANDS = {"setup": cmd_setup, "data": cmd_data, "run": cmd_run, "fidelity": cmd_fidelity, "gate": cmd_gate}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.verbose)
+    try:
+        return COMMANDS[args.command](args)
+    except EvalError as exc:
+        console.print(f"[red]{type(exc).__name__}[/red]: {exc}", highlight=False)
+        if getattr(exc, "log_tail", ""):
+            console.print(exc.log_tail, highlight=False, markup=False)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -69,7 +69,9 @@ def _measure_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--prefill", type=_tokens, default=(1024, 8192, 32768), help="prompt lengths, e.g. 1024,8K"
     )
-    p.add_argument("--decode", type=_tokens, default=(1024, 8192), help="context lengths before decoding")
+    p.add_argument(
+        "--decode", type=_tokens, default=(1024, 8192), help="context lengths before decoding ('none': skip)"
+    )
     p.add_argument("--decode-kinds", type=_kinds, default=KINDS, help="prompt kinds for decode: math,code,mc")
     p.add_argument("--decode-tokens", type=int, default=256, help="fixed output length per decode run")
     p.add_argument(
@@ -86,7 +88,13 @@ def _measure_parser() -> argparse.ArgumentParser:
         "--prefill-target-ci", type=float, default=0.05, help="stop at this relative half-interval"
     )
     p.add_argument("--decode-target-ci", type=float, default=0.02, help="stop at this relative half-interval")
-    p.add_argument("--max-cached-tokens", type=int, default=0, help="cached prompt tokens tolerated per run")
+    p.add_argument(
+        "--max-cached-tokens",
+        type=int,
+        default=0,
+        help="cached prompt tokens tolerated per run; raise only for servers that reuse the chat template's "
+        "first tokens (llama.cpp's slot cache)",
+    )
     p.add_argument("--salt", help="prompt salt (default: random); prompts are unique per salt")
     p.add_argument("--gpu-index", type=int, default=0, help="NVML index of the server's GPU")
     p.add_argument("--no-gpu", action="store_true", help="no NVML telemetry (remote server)")

@@ -6,7 +6,7 @@ apart later. Without NVML or without that GPU, `GpuMonitor.open` returns None: n
 
 Usage:
     monitor = GpuMonitor.open(index=0)        # None on a machine without an NVIDIA GPU
-    with monitor.window() as window:          # samples every 50 ms in a background thread
+    with monitor.window() as window:          # samples every 100 ms in a background thread
         ...                                   # the request
     window.result                             # GpuWindow | None
 """
@@ -102,7 +102,7 @@ class GpuMonitor:
         self._period_s = period_s
 
     @classmethod
-    def open(cls, index: int | None, *, period_s: float = 0.05) -> GpuMonitor | None:
+    def open(cls, index: int | None, *, period_s: float = 0.1) -> GpuMonitor | None:
         """The monitor for GPU `index`, or None when NVML, a driver or that GPU is absent."""
         if index is None:
             return None

@@ -27,13 +27,26 @@ class PeerServer:
 @pytest.fixture(scope="session")
 def transformers_serve(tiny_model_dir: Path, tmp_path_factory) -> Iterator[PeerServer]:
     """`transformers serve` on the tiny model: a real peer process, started and stopped here."""
-    missing = [m for m in ("accelerate", "fastapi", "uvicorn", "openai") if importlib.util.find_spec(m) is None]
+    missing = [
+        m for m in ("accelerate", "fastapi", "uvicorn", "openai") if importlib.util.find_spec(m) is None
+    ]
     if missing:
         pytest.skip(f"transformers[serving] is not installed (missing {', '.join(missing)})")
     port = free_port()
     log_path = tmp_path_factory.mktemp("peer") / "transformers-serve.log"
-    cmd = [sys.executable, "-m", "transformers.cli.transformers", "serve", "--host", "127.0.0.1",
-           "--port", str(port), "--device", "cpu", str(tiny_model_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "transformers.cli.transformers",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--device",
+        "cpu",
+        str(tiny_model_dir),
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     with log_path.open("wb") as log:
         process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -49,7 +62,9 @@ def _wait_ready(url: str, process: subprocess.Popen, log_path: Path, timeout_s: 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"transformers serve exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
+            raise RuntimeError(
+                f"transformers serve exited with {process.returncode}:\n{log_path.read_text()[-3000:]}"
+            )
         try:
             if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
                 return

@@ -66,7 +66,9 @@ class PrefixCachingFakeServer:
                 self.end_headers()
                 for _ in range(body["max_tokens"]):
                     time.sleep(0.001)
-                    self._event({"choices": [{"index": 0, "delta": {"content": " tok"}, "finish_reason": None}]})
+                    self._event(
+                        {"choices": [{"index": 0, "delta": {"content": " tok"}, "finish_reason": None}]}
+                    )
                 usage = {
                     "prompt_tokens": prompt_tokens,
                     "completion_tokens": body["max_tokens"],

@@ -95,7 +95,10 @@ def test_compare_and_noise_floor_read_stored_results(ours, peer, tmp_path, capsy
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(result.to_dict()))
         paths.append(str(path))
-    assert main(["compare", *paths, "--noise-floor", paths[0], paths[0], "--json", str(tmp_path / "cmp.json")]) == 0
+    assert (
+        main(["compare", *paths, "--noise-floor", paths[0], paths[0], "--json", str(tmp_path / "cmp.json")])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "prefill_tok_per_s_client@512: " in out
     comparisons = json.loads((tmp_path / "cmp.json").read_text())["comparisons"]

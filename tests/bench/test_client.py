@@ -22,7 +22,9 @@ def test_chat_body_is_greedy_streaming_with_usage_and_ignore_eos():
 
 
 def test_fields_a_server_refused_are_left_out():
-    body = build_body(api="completions", model="m", text="hi", max_tokens=8, ignore_eos=False, stream_options=False)
+    body = build_body(
+        api="completions", model="m", text="hi", max_tokens=8, ignore_eos=False, stream_options=False
+    )
     assert "ignore_eos" not in body and "stream_options" not in body
     assert body["prompt"] == "hi"
 
@@ -67,7 +69,13 @@ def test_a_chunk_without_usage_yields_nothing():
 
 
 @pytest.mark.parametrize(
-    "url", ["http://127.0.0.1:8000", "http://127.0.0.1:8000/", "http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1/"]
+    "url",
+    [
+        "http://127.0.0.1:8000",
+        "http://127.0.0.1:8000/",
+        "http://127.0.0.1:8000/v1",
+        "http://127.0.0.1:8000/v1/",
+    ],
 )
 def test_endpoint_url_is_normalized_to_the_base(url):
     assert Endpoint(url=url).url == "http://127.0.0.1:8000"

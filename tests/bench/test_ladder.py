@@ -130,3 +130,26 @@ def test_repeated_prompts_are_caught_as_cache_hits_and_never_averaged():
         assert not point.valid_runs
         assert all(reason.startswith("prefix-cache hit") for reason in point.invalid_reasons)
     assert again.samples() == {}
+
+
+def test_the_completions_endpoint_is_measured_the_same_way(tiny_server):
+    plan = BenchPlan(
+        api="completions",
+        prefill_tokens=(256,),
+        decode_context_tokens=(256,),
+        decode_kinds=("code",),
+        decode_tokens=12,
+        min_repeats=3,
+        max_repeats=3,
+        warmup_requests=0,
+        gpu_index=None,
+    )
+    result = run_bench(plan, Endpoint(url=tiny_server.url))
+    assert result.server.api == "completions"
+    assert result.invalid_runs == 0
+    assert set(result.samples()) == {
+        "prefill_tok_per_s_client@256",
+        "prefill_tok_per_s_server@256",
+        "decode_tok_per_s_client@256/code",
+        "decode_tok_per_s_server@256/code",
+    }

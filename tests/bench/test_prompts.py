@@ -25,7 +25,10 @@ def test_two_runs_with_different_salts_never_share_a_prompt_start():
 
 
 def test_prompts_are_reproducible_from_salt_and_serial():
-    assert PromptSource(salt="x").decode("code", 3000, 7).text == PromptSource(salt="x").decode("code", 3000, 7).text
+    assert (
+        PromptSource(salt="x").decode("code", 3000, 7).text
+        == PromptSource(salt="x").decode("code", 3000, 7).text
+    )
 
 
 @pytest.mark.parametrize("chars", [500, 4000, 40_000, 400_000])

@@ -91,16 +91,25 @@ def test_validation_rejects_cache_hits_short_completions_and_failures():
     short = validate_run(ok, expected_completion_tokens=16, max_cached_tokens=0)
     assert short.startswith("completion of 11 tokens, expected exactly 16")
     hit = replace(ok, cached_tokens=256)
-    assert validate_run(hit, expected_completion_tokens=11, max_cached_tokens=0).startswith("prefix-cache hit")
+    assert validate_run(hit, expected_completion_tokens=11, max_cached_tokens=0).startswith(
+        "prefix-cache hit"
+    )
     assert validate_run(hit, expected_completion_tokens=11, max_cached_tokens=256) is None
-    failed = RequestResult(spec=_spec(4), ok=False, error="HTTP 500: boom", started_at_unix_s=0, latency_s=0.1)
-    assert validate_run(failed, expected_completion_tokens=4, max_cached_tokens=0) == "request failed: HTTP 500: boom"
+    failed = RequestResult(
+        spec=_spec(4), ok=False, error="HTTP 500: boom", started_at_unix_s=0, latency_s=0.1
+    )
+    assert (
+        validate_run(failed, expected_completion_tokens=4, max_cached_tokens=0)
+        == "request failed: HTTP 500: boom"
+    )
 
 
 def test_invalid_runs_are_kept_but_not_summarized():
     good = [_scripted_decode(itl=0.02), _scripted_decode(itl=0.021), _scripted_decode(itl=0.019)]
     bad = replace(good[0], invalid_reason="short", itl_s=(1.0,) * 10)
-    point = DecodePoint(context_tokens=1024, kind="math", output_tokens=11, warmups=(), runs=(*good, bad), settled=True)
+    point = DecodePoint(
+        context_tokens=1024, kind="math", output_tokens=11, warmups=(), runs=(*good, bad), settled=True
+    )
     assert point.decode_tok_per_s_client.n == 3
     assert point.invalid_reasons == ("short",)
     assert point.decode_tok_per_s_client.median == pytest.approx(50.0)
@@ -127,7 +136,11 @@ def test_result_survives_a_json_round_trip():
         finished_at="t1",
         probes=(run,),
         prefill=(PrefillPoint(target_tokens=1024, warmups=(run,), runs=(run, run, run), settled=True),),
-        decode=(DecodePoint(context_tokens=1024, kind="math", output_tokens=11, warmups=(), runs=(run,), settled=False),),
+        decode=(
+            DecodePoint(
+                context_tokens=1024, kind="math", output_tokens=11, warmups=(), runs=(run,), settled=False
+            ),
+        ),
     )
     text = json.dumps(result.to_dict())
     back = BenchResult.from_dict(json.loads(text))

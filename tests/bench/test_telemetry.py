@@ -27,7 +27,9 @@ def test_benign_reasons_are_dropped_and_slowdowns_named():
 
 def test_window_folds_samples_into_extremes_and_a_union_of_reasons():
     # shape of an RTX 3090 decode: boost clock, then the power cap bites
-    window = summarize_window([_sample(1950, 330.0, 66), _sample(1905, 350.0, 70, mask=0x4), _sample(1890, 349.0, 71)])
+    window = summarize_window(
+        [_sample(1950, 330.0, 66), _sample(1905, 350.0, 70, mask=0x4), _sample(1890, 349.0, 71)]
+    )
     assert (window.sm_clock_mhz_min, window.sm_clock_mhz_max) == (1890, 1950)
     assert window.power_w_max == 350.0
     assert window.power_w_mean == pytest.approx(343.0)

@@ -27,7 +27,8 @@ FACTOR_BOUNDS = (0.8, 1.5)  # a fitted slope outside this means bad data, not a 
 
 @dataclass(frozen=True, slots=True)
 class MemoryObservation:
-    """One trial: what the memory model predicted and what the server reported as its peak."""
+    """One trial: the memory model's uncalibrated `MemoryEstimate.peak_bytes`, and the server's reported
+    peak (`vram_peak_bytes` in /v1/server_info: torch.cuda.max_memory_allocated after the benchmark)."""
 
     predicted_peak_bytes: int
     measured_peak_bytes: int

@@ -132,3 +132,12 @@ def test_directories_without_config_or_weights_are_refused(tmp_path):
     write_safetensors(tmp_path / "model.safetensors", {"w": ("F16", [2])})
     with pytest.raises(ModelInfoError, match="lacks 'hidden_size'"):
         read_model_info(tmp_path)
+
+
+def test_the_config_exllamav3s_converter_wrote_is_read_as_a_hybrid_exl3_model(tmp_path):
+    """data/ holds the config.json of the tiny conversion on the GPU machine, quantization_config inline."""
+    config = json.loads((DATA / "qwen3_5-tiny-exl3-config.json").read_text())
+    info = read_model_info(write_checkpoint(tmp_path, config, qwen35_exl3_schema(TINY)))
+    assert (info.architecture, info.bits, info.head_bits, info.codebook) == ("Qwen3_5ForCausalLM", 4.0, 6, "mul1")
+    assert info.is_exl3 and info.is_hybrid and info.num_attention_layers == 1
+    assert (info.num_kv_heads, info.head_dim, info.fdim_qkv, info.max_position_embeddings) == (2, 128, 1024, 32768)

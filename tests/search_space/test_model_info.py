@@ -24,8 +24,9 @@ def test_the_fixture_schema_is_exactly_what_exllamav3_wrote_for_the_tiny_model()
     assert generated == recorded
 
 
-def test_the_fixture_schema_matches_serving_synthetic_where_it_exists():
-    synthetic = pytest.importorskip("serving.synthetic.exl3")
+def test_the_fixture_schema_matches_the_shape_true_checkpoint_serving_writes_for_the_gpu():
+    from serving.synthetic import exl3 as synthetic
+
     config = synthetic.text_config(synthetic.QWEN38_27B)
     theirs = {n: (s.dtype, tuple(s.shape)) for n, s in synthetic.exl3_schema(config, bits=4.0, head_bits=6).items()}
     ours = {n: (dtype, tuple(shape)) for n, (dtype, shape) in qwen35_exl3_schema(QWEN38_27B).items()}

@@ -1,0 +1,67 @@
+"""traces.jsonl -> TasksetResult on a recorded verifiers 0.4.0 episode and variations of it."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from eval.traces import episode_outcome, summarize_traces
+
+RECORDED = Path(__file__).parent / "data" / "verifiers-0.4.0-episode.jsonl"
+
+
+@pytest.fixture
+def episode() -> dict:
+    """One real episode: the tiny model on a MATH-500 task, 24-token budget (finish_reason length)."""
+    return json.loads(RECORDED.read_text())
+
+
+def test_a_recorded_episode_reduces_to_its_reward_truncation_and_tokens(episode):
+    outcome = episode_outcome(episode)
+    call = episode["traces"][0]["calls"][0]
+    assert outcome.ok and outcome.reward == 0.0
+    assert outcome.truncated  # the call finished on length
+    assert outcome.task_key == episode["task"]["key"] and outcome.task_key.startswith("mmath:MATH500:")
+    assert outcome.output_tokens == call["usage"]["completion_tokens"] == 24
+    assert outcome.model_time_s == pytest.approx(call["time"]["end"] - call["time"]["start"])
+
+
+def test_weighted_rewards_sum_as_verifiers_does(episode):
+    episode["traces"][0]["rewards"] = {
+        "correct": {"score": 1.0, "weight": 1.0},
+        "format": {"score": 0.5, "weight": 0.2},
+    }
+    assert episode_outcome(episode).reward == pytest.approx(1.1)
+
+
+def test_an_operational_failure_has_no_reward_rather_than_zero(episode):
+    episode["ok"] = False
+    trace = episode["traces"][0]
+    trace.update(ok=False, stop_condition="provider_error", rewards={}, calls=[])
+    trace["errors"] = [{"type": "ProviderError", "message": "All connection attempts failed"}]
+    outcome = episode_outcome(episode)
+    assert (outcome.ok, outcome.reward) == (False, None)
+    assert "All connection attempts failed" in outcome.error
+
+
+def test_a_taskset_summary_counts_failures_apart_and_never_averages_them_in(tmp_path, episode):
+    good = copy.deepcopy(episode)
+    good["traces"][0]["rewards"] = {"correct": {"score": 1.0, "weight": 1.0}}
+    good["traces"][0]["calls"][0]["finish_reason"] = "stop"
+    failed = copy.deepcopy(episode)
+    failed["ok"] = False
+    failed["task"]["key"] = "mmath:MATH500:999"
+    failed["traces"][0].update(
+        ok=False, rewards={}, calls=[], errors=[{"type": "HarnessError", "message": "x"}]
+    )
+    lines = [episode, good, failed]
+    path = tmp_path / "traces.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    result = summarize_traces(path, name="mmath-math500", taskset_id="eval-mmath", max_tokens=24)
+    assert (result.tasks, result.rollouts, result.failures, result.truncations) == (2, 3, 1, 1)
+    assert result.reward_mean == pytest.approx(0.5)  # (0 + 1) / 2 ok episodes
+    assert result.output_tokens == 48
+    assert result.output_tok_per_s == pytest.approx(48 / result.model_time_s)

@@ -265,7 +265,7 @@ class Client:
             latency_s=latency,
             ttft_s=token_times[0] if token_times else None,
             finish_s=finish_at,
-            itl_s=tuple(b - a for a, b in zip(token_times, token_times[1:], strict=False)),
+            itl_s=tuple(round(b - a, 6) for a, b in zip(token_times, token_times[1:], strict=False)),
             text_chunks=len(token_times),
             finish_reason=finish_reason,
             **fields,

@@ -8,15 +8,13 @@ Usage:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
 from bench.corpus import KINDS, PromptKind
 from bench.errors import BenchConfigError
-from bench.records import Api
+from bench.records import Api, plan_digest
 
 __all__ = ["BenchPlan"]
 
@@ -96,6 +94,4 @@ class BenchPlan:
     @property
     def digest(self) -> str:
         """sha256 of the plan without its salt: equal for two runs that measure the same way."""
-        d = self.to_dict()
-        d.pop("salt")
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+        return plan_digest(self.to_dict())

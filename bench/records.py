@@ -13,6 +13,8 @@ Usage:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -28,6 +30,7 @@ __all__ = [
     "RequestResult",
     "RequestSpec",
     "ServerProfile",
+    "plan_digest",
 ]
 
 Api = Literal["chat", "completions"]
@@ -63,6 +66,7 @@ class GpuWindow:
     utilization_pct_mean: float | None
     memory_used_bytes_max: int
     throttle_reasons: tuple[str, ...]  # union over the samples, benign reasons left out
+    compute_processes_max: int | None = None  # more than the server's one: the GPU was shared
 
     @property
     def is_throttled(self) -> bool:
@@ -192,6 +196,12 @@ class RequestResult:
             gpu["throttle_reasons"] = tuple(gpu["throttle_reasons"])
             kw["gpu"] = GpuWindow(**gpu)
         return cls(**kw)
+
+
+def plan_digest(plan: dict[str, Any]) -> str:
+    """sha256 of a plan's canonical JSON without its salt: equal for runs that measure the same way."""
+    d = {k: v for k, v in plan.items() if k != "salt"}
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 
 def _summary(values: list[float]) -> Summary | None:
@@ -399,6 +409,7 @@ class BenchResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "plan": self.plan,
+            "plan_digest": plan_digest(self.plan),
             "server": dataclasses.asdict(self.server),
             "gpu": dataclasses.asdict(self.gpu) if self.gpu else None,
             "host": self.host,

@@ -51,6 +51,7 @@ class GpuSample:
     utilization_pct: int | None
     memory_used_bytes: int
     throttle_mask: int
+    compute_processes: int | None = None  # processes holding a compute context: >1 means sharing
 
 
 def decode_throttle_reasons(mask: int) -> tuple[str, ...]:
@@ -83,6 +84,9 @@ def summarize_window(samples: Sequence[GpuSample]) -> GpuWindow | None:
         utilization_pct_mean=sum(utils) / len(utils) if utils else None,
         memory_used_bytes_max=max(s.memory_used_bytes for s in samples),
         throttle_reasons=decode_throttle_reasons(mask),
+        compute_processes_max=max(
+            (s.compute_processes for s in samples if s.compute_processes is not None), default=None
+        ),
     )
 
 
@@ -130,6 +134,7 @@ class GpuMonitor:
             utilization_pct=_optional(lambda: nv.nvmlDeviceGetUtilizationRates(h).gpu, nv),
             memory_used_bytes=nv.nvmlDeviceGetMemoryInfo(h).used,
             throttle_mask=_optional(lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(h), nv) or 0,
+            compute_processes=_optional(lambda: len(nv.nvmlDeviceGetComputeRunningProcesses(h)), nv),
         )
 
     @contextmanager

@@ -1,0 +1,44 @@
+"""bench.plan: invalid plans are refused with the value named; the digest ignores the salt."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.errors import BenchConfigError
+from bench.plan import BenchPlan
+
+
+def test_each_run_gets_a_fresh_salt_but_the_same_digest():
+    a, b = BenchPlan(), BenchPlan()
+    assert a.salt != b.salt
+    assert a.digest == b.digest
+    assert BenchPlan(decode_tokens=128).digest != a.digest
+
+
+def test_plan_round_trips_through_its_dict():
+    plan = BenchPlan(prefill_tokens=(1024,), decode_kinds=("code",), salt="abc")
+    assert BenchPlan.from_dict(plan.to_dict()) == plan
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"prefill_tokens": (8,)}, "prefill_tokens"),
+        ({"prefill_tokens": [1024]}, "prefill_tokens"),
+        ({"prefill_tokens": (), "decode_context_tokens": ()}, "nothing to measure"),
+        ({"decode_kinds": ("poetry",)}, "decode_kinds"),
+        ({"decode_tokens": 2}, "decode_tokens"),
+        ({"min_repeats": 5, "max_repeats": 3}, "min_repeats"),
+        ({"warmups_per_point": 0}, "warmups_per_point"),
+        ({"decode_target_rel_ci": 0.0}, "decode_target_rel_ci"),
+        ({"api": "responses"}, "api"),
+    ],
+)
+def test_invalid_plans_name_the_value(kwargs, named):
+    with pytest.raises(BenchConfigError, match=named):
+        BenchPlan(**kwargs)
+
+
+def test_unknown_keys_in_a_stored_plan_are_refused():
+    with pytest.raises(BenchConfigError, match="unknown BenchPlan key"):
+        BenchPlan.from_dict({"prefill": [1024]})

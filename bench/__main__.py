@@ -48,6 +48,16 @@ def _tokens(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
+
+
 def _kinds(text: str) -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
     bad = [k for k in kinds if k not in KINDS]
@@ -94,6 +104,12 @@ def _measure_parser() -> argparse.ArgumentParser:
         default=0,
         help="cached prompt tokens tolerated per run; raise only for servers that reuse the chat template's "
         "first tokens (llama.cpp's slot cache)",
+    )
+    p.add_argument(
+        "--extra-body",
+        type=_json_object,
+        default={},
+        help="server-specific request fields as JSON, e.g. '{\"ban_eos_token\": true}' for TabbyAPI",
     )
     p.add_argument("--salt", help="prompt salt (default: random); prompts are unique per salt")
     p.add_argument("--gpu-index", type=int, default=0, help="NVML index of the server's GPU")
@@ -163,6 +179,7 @@ def _measure(argv: Sequence[str], console: Console) -> int:
         api=args.api,
         request_timeout_s=args.timeout,
         gpu_index=None if args.no_gpu else args.gpu_index,
+        extra_body=args.extra_body,
         **({"salt": args.salt} if args.salt else {}),
     )
     endpoint = Endpoint.from_key_file(args.url, args.api_key_file, args.model)

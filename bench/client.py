@@ -71,9 +71,11 @@ def build_body(
     ignore_eos: bool,
     stream_options: bool,
     stream: bool = True,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A greedy request for `text`, with only the optional fields the server accepts."""
-    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "temperature": 0, "stream": stream}
+    """A greedy request for `text`, with only the optional fields the server accepts, plus `extra`."""
+    body: dict[str, Any] = {**(extra or {}), "model": model, "max_tokens": max_tokens, "temperature": 0}
+    body["stream"] = stream
     if api == "chat":
         body["messages"] = [{"role": "user", "content": text}]
     else:

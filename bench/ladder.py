@@ -340,6 +340,7 @@ class _Session:
             max_tokens=max_tokens,
             ignore_eos=ignore_eos,
             stream_options=self._fields["stream_options"],
+            extra=self.plan.extra_body,
         )
         spec = RequestSpec(
             purpose=purpose,

@@ -19,6 +19,22 @@ from bench.records import Api, plan_digest
 __all__ = ["BenchPlan"]
 
 
+_OWN_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "prompt",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "stream",
+        "stream_options",
+        "ignore_eos",
+        "n",
+    }
+)
+
+
 def _salt() -> str:
     # a fresh salt per run: a server measured twice must not find the first run's prompts cached
     return secrets.token_hex(4)
@@ -45,6 +61,8 @@ class BenchPlan:
     request_timeout_s: float = 900.0
     gpu_index: int | None = 0  # NVML index of the server's GPU; None: no telemetry
     salt: str = field(default_factory=_salt)  # makes this run's prompts unique; recorded
+    # server-specific request fields, e.g. {"ban_eos_token": true} for TabbyAPI; never bench's own
+    extra_body: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("prefill_tokens", "decode_context_tokens"):
@@ -76,6 +94,13 @@ class BenchPlan:
                 raise BenchConfigError(f"{name} must be in (0, 1), got {getattr(self, name)}")
         if self.api not in ("chat", "completions"):
             raise BenchConfigError(f"api must be 'chat' or 'completions', got {self.api!r}")
+        if not isinstance(self.extra_body, dict):
+            raise BenchConfigError(f"extra_body must be a JSON object, got {self.extra_body!r}")
+        clash = sorted(set(self.extra_body) & _OWN_FIELDS)
+        if clash:
+            raise BenchConfigError(
+                f"extra_body may not set {clash}: bench sets them itself (greedy, streaming, fixed length)"
+            )
         if self.request_timeout_s <= 0 or self.max_cached_tokens < 0:
             raise BenchConfigError("request_timeout_s must be positive and max_cached_tokens >= 0")
 

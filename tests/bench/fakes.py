@@ -20,7 +20,9 @@ PAGE_TOKENS = 16
 class PrefixCachingFakeServer:
     """A loopback HTTP server on a free port; use as a context manager, read `.url`."""
 
-    def __init__(self) -> None:
+    def __init__(self, api_key: str | None = None) -> None:
+        self.api_key = api_key
+        self.bodies: list[dict] = []
         self.prompts: list[str] = []
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -49,7 +51,15 @@ class PrefixCachingFakeServer:
             def log_message(self, *args: object) -> None:  # quiet
                 pass
 
+            def _authorized(self) -> bool:
+                if fake.api_key is None or self.headers.get("Authorization") == f"Bearer {fake.api_key}":
+                    return True
+                self._json(401, {"error": {"message": "invalid API key", "type": "authentication_error"}})
+                return False
+
             def do_GET(self) -> None:
+                if not self._authorized():
+                    return
                 if self.path == "/v1/models":
                     self._json(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
                 else:
@@ -57,6 +67,9 @@ class PrefixCachingFakeServer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if not self._authorized():
+                    return
+                fake.bodies.append(body)
                 prompt = body["messages"][0]["content"]
                 cached = fake.cached_tokens(prompt)
                 prompt_tokens = 5 + len(prompt) // CHARS_PER_TOKEN  # 5: the chat template

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from bench import BenchPlan, Endpoint, run_bench
-from bench.errors import BenchConfigError, ServerUnreachable
+from bench.errors import BenchConfigError, ServerRejected, ServerUnreachable
 from bench.records import BenchResult
 from tests.bench.fakes import PrefixCachingFakeServer
 
@@ -153,3 +153,29 @@ def test_the_completions_endpoint_is_measured_the_same_way(tiny_server):
         "decode_tok_per_s_client@256/code",
         "decode_tok_per_s_server@256/code",
     }
+
+
+TINY_FAKE_PLAN = BenchPlan(
+    prefill_tokens=(256,),
+    decode_context_tokens=(),
+    min_repeats=1,
+    max_repeats=1,
+    warmup_requests=0,
+    gpu_index=None,
+    extra_body={"ban_eos_token": True},
+)
+
+
+def test_the_api_key_is_sent_and_a_wrong_one_is_a_clear_error():
+    with PrefixCachingFakeServer(api_key="k-123") as server:
+        with pytest.raises(ServerRejected, match=r"HTTP 401 \(check --api-key-file\)"):
+            run_bench(TINY_FAKE_PLAN, Endpoint(url=server.url, api_key="wrong"))
+        result = run_bench(TINY_FAKE_PLAN, Endpoint(url=server.url, api_key="k-123"))
+    assert result.invalid_runs == 0
+    assert "k-123" not in json.dumps(result.to_dict())
+
+
+def test_extra_body_fields_reach_the_server_on_every_request():
+    with PrefixCachingFakeServer() as server:
+        run_bench(TINY_FAKE_PLAN, Endpoint(url=server.url))
+    assert server.bodies and all(b["ban_eos_token"] is True and b["temperature"] == 0 for b in server.bodies)

@@ -42,3 +42,9 @@ def test_invalid_plans_name_the_value(kwargs, named):
 def test_unknown_keys_in_a_stored_plan_are_refused():
     with pytest.raises(BenchConfigError, match="unknown BenchPlan key"):
         BenchPlan.from_dict({"prefill": [1024]})
+
+
+def test_extra_body_may_not_override_what_bench_controls():
+    with pytest.raises(BenchConfigError, match="temperature"):
+        BenchPlan(extra_body={"temperature": 0.7})
+    assert BenchPlan(extra_body={"ban_eos_token": True}).extra_body == {"ban_eos_token": True}

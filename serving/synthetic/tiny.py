@@ -119,17 +119,22 @@ def prepare_for_exl3(hf_dir: Path, out_dir: Path) -> Path:
     `model.language_model.*`. Then, on a GPU machine:
         python -m exllamav3.conversion.convert_model -i OUT -o EXL3 -w WORK -b 4.0 -hb 6 -cr 16 -cc 256
     """
+    import torch
     from safetensors.torch import load_file, save_file
 
     out_dir.mkdir(parents=True, exist_ok=True)
     for path in hf_dir.iterdir():
         if path.suffix == ".safetensors":
             tensors = load_file(path)
-            renamed = {
-                ("model.language_model." + k[len("model."):] if k.startswith("model.") else k): v
+            renamed = {  # bf16, as real checkpoints are: the converter's kernels require it
+                ("model.language_model." + k[len("model."):] if k.startswith("model.") else k): v.to(torch.bfloat16)
                 for k, v in tensors.items()
             }
             save_file(renamed, out_dir / path.name, metadata={"format": "pt"})
+        elif path.name == "config.json":
+            config = json.loads(path.read_text())
+            config["dtype"] = "bfloat16"
+            (out_dir / path.name).write_text(json.dumps(config, indent=2))
         elif path.is_file():
             shutil.copy2(path, out_dir / path.name)
     return out_dir

@@ -100,6 +100,7 @@ def test_server_killed_mid_request_is_a_crash_while_serving(tiny_model_dir, tmp_
         time.sleep(1.0)
         os.killpg(server.pid, signal.SIGKILL)
         thread.join(timeout=30)
+        server.process.wait(timeout=30)
         assert isinstance(result.get("error"), httpx.HTTPError)
         failure = server.check()
         assert isinstance(failure, ServerCrashed) and "signal 9" in str(failure) and "while serving" in str(failure)

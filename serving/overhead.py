@@ -1,0 +1,163 @@
+"""How much the HTTP server costs: decode tok/s through it over a direct exllamav3 Generator loop.
+
+Both sides run the same checkpoint and config in fresh processes, alternating (direct, server,
+direct, server) so drift hits both; each side times the same thing, the wall time from the first
+streamed token to the last of a greedy, fixed-length job. The ratio of medians is printed.
+
+Usage:
+    python -m serving.overhead --model DIR [--config FILE] [--vram-limit 24GiB] [--prompt-tokens 1024]
+                               [--new-tokens 256] [--repeats 5] [--rounds 2] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+import httpx
+
+from serving.config import ServingConfig, default_engine
+from serving.units import parse_bytes
+
+__all__ = ["main"]
+
+
+def _prompt(codec, n_tokens: int, salt: int) -> list[int]:
+    """Natural text, salted at the start so no two runs share a prefix-cache page."""
+    text = resources.files("serving.synthetic").joinpath("corpus.txt").read_text()
+    ids = codec.encode(f"Run {salt}. " + text * (n_tokens // 500 + 2))
+    return ids[:n_tokens]
+
+
+def _direct(args: argparse.Namespace) -> list[dict]:
+    """In this process: load the engine without a server and time Generator.iterate() directly."""
+    import torch
+    from exllamav3 import Job
+    from exllamav3.generator.sampler import ArgmaxSampler
+
+    from serving.exllamav3_engine import Exl3Engine
+    from serving.textcodec import TextCodec
+
+    config = ServingConfig.from_json(args.config.read_text() if args.config else "{}", default_engine_name="exllamav3")
+    import os
+
+    os.environ.update(config.env)
+    codec = TextCodec(args.model)
+    engine = Exl3Engine(args.model, config.args, codec, env=config.env, vram_limit_bytes=args.vram_limit)
+    engine.check_surface()
+    engine._load()
+    engine._warmup()
+    runs = []
+    for r in range(args.repeats):
+        ids = _prompt(codec, args.prompt_tokens, salt=args.salt * 1000 + r)
+        job = Job(input_ids=torch.tensor([ids]), max_new_tokens=args.new_tokens, sampler=ArgmaxSampler(),
+                  stop_conditions=[])
+        engine.generator.enqueue(job)
+        stamps, final = [], None
+        while engine.generator.num_remaining_jobs():
+            for result in engine.generator.iterate():
+                if result.get("stage") == "streaming" and result.get("token_ids") is not None:
+                    stamps.extend([time.perf_counter()] * result["token_ids"].numel())
+                if result.get("eos"):
+                    final = result
+        runs.append({"tokens": len(stamps), "wall_decode_s": stamps[-1] - stamps[0],
+                     "engine_decode_s": final["time_generate"], "engine_new_tokens": final["new_tokens"]})
+    return runs
+
+
+def _through_server(args: argparse.Namespace, config: ServingConfig, salt: int, log_dir: Path) -> list[dict]:
+    from serving.launcher import LaunchSpec, free_port, launch
+    from serving.textcodec import TextCodec
+
+    codec = TextCodec(args.model)
+    spec = LaunchSpec(model_dir=args.model, config=config, port=free_port(), log_path=log_dir / f"server-{salt}.log",
+                      vram_limit_bytes=args.vram_limit, startup_timeout_s=900)
+    runs = []
+    with launch(spec) as server, httpx.Client(timeout=600) as client:
+        for r in range(args.repeats):
+            ids = _prompt(codec, args.prompt_tokens, salt=salt * 1000 + r)
+            body = {"prompt": ids, "max_tokens": args.new_tokens, "temperature": 0, "ignore_eos": True,
+                    "stream": True, "stream_options": {"include_usage": True}}
+            stamps, usage = [], None
+            with client.stream("POST", server.url + "/v1/completions", json=body) as response:
+                response.raise_for_status()
+                for line in response.iter_lines():
+                    if not line.startswith("data: {"):
+                        continue
+                    event = json.loads(line[6:])
+                    if event.get("usage"):
+                        usage = event["usage"]
+                    elif event["choices"] and event["choices"][0]["finish_reason"] is None:
+                        stamps.append(time.perf_counter())
+            runs.append({"tokens": len(stamps), "wall_decode_s": stamps[-1] - stamps[0],
+                         "engine_decode_s": usage["timings"]["decode_s"],
+                         "engine_new_tokens": usage["completion_tokens"]})
+    return runs
+
+
+def _rate(runs: list[dict]) -> float:
+    return statistics.median((r["tokens"] - 1) / r["wall_decode_s"] for r in runs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m serving.overhead", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--config", type=Path)
+    parser.add_argument("--vram-limit", type=parse_bytes)
+    parser.add_argument("--prompt-tokens", type=int, default=1024)
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--direct", action="store_true", help=argparse.SUPPRESS)  # child mode
+    parser.add_argument("--salt", type=int, default=0, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.direct:
+        print(json.dumps(_direct(args)))
+        return 0
+    config = ServingConfig.from_json(args.config.read_text() if args.config else "{}", default_engine_name=default_engine())
+    if config.engine != "exllamav3":
+        print("the overhead benchmark compares against a direct exllamav3 Generator; use the exllamav3 engine",
+              file=sys.stderr)
+        return 2
+    direct_runs, server_runs = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for round_ in range(args.rounds):
+            cmd = [sys.executable, "-m", "serving.overhead", "--direct", "--model", str(args.model),
+                   "--prompt-tokens", str(args.prompt_tokens), "--new-tokens", str(args.new_tokens),
+                   "--repeats", str(args.repeats), "--salt", str(2 * round_)]
+            if args.config:
+                cmd += ["--config", str(args.config)]
+            if args.vram_limit:
+                cmd += ["--vram-limit", str(args.vram_limit)]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+            direct_runs += json.loads(out.stdout.strip().splitlines()[-1])
+            server_runs += _through_server(args, config, 2 * round_ + 1, Path(tmp))
+    direct, server = _rate(direct_runs), _rate(server_runs)
+    result = {
+        "model": str(args.model), "config_digest": config.digest, "prompt_tokens": args.prompt_tokens,
+        "new_tokens": args.new_tokens, "repeats": args.repeats, "rounds": args.rounds,
+        "direct_decode_tok_per_s": direct, "server_decode_tok_per_s": server, "ratio": server / direct,
+        "direct_runs": direct_runs, "server_runs": server_runs,
+    }
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    print(f"decode tok/s: direct generator {direct:.2f}, through HTTP server {server:.2f}")
+    print(f"ratio: {server / direct:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

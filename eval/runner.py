@@ -44,7 +44,7 @@ from eval.store import EvalStore
 from eval.suites import SuiteOverrides, SuiteSpec
 from eval.traces import summarize_traces
 
-__all__ = ["DryRunEntry", "dry_run", "new_run_dir", "preflight", "run_suite"]
+__all__ = ["DryRunEntry", "dry_run", "is_installed", "new_run_dir", "preflight", "run_suite", "run_taskset"]
 
 log = logging.getLogger(__name__)
 _LOG_TAIL_CHARS = 4000
@@ -209,7 +209,12 @@ def new_run_dir(paths: EvalPaths, suite: str) -> Path:
     raise EvalConfigError(f"could not create a fresh run directory under {base}")
 
 
-def _run_taskset(launch: TasksetLaunch, run_dir: Path) -> TasksetResult:
+def run_taskset(launch: TasksetLaunch, run_dir: Path) -> TasksetResult:
+    """Run one taskset in its own worker process and summarize its traces.
+
+    Raises:
+        TasksetRunError: the worker crashed or wrote no traces (ok=false episodes are results).
+    """
     work = run_dir / launch.spec.name
     work.mkdir(parents=True, exist_ok=True)
     for link, target in launch.symlinks:
@@ -306,12 +311,12 @@ def run_suite(
     locks = locks or load_locks()
     paths = paths or EvalPaths.default()
     preflight(suite, locks=locks, paths=paths)
+    provenance = _provenance(locks, endpoint, overrides or SuiteOverrides())  # also: is the server up?
     run_dir = run_dir or new_run_dir(paths, suite.name)
-    provenance = _provenance(locks, endpoint, overrides or SuiteOverrides())
     results = []
     for spec in suite.tasksets:
         launch = build_launch(suite, spec, endpoint, locks=locks, paths=paths, run_dir=run_dir)
-        results.append(_run_taskset(launch, run_dir))
+        results.append(run_taskset(launch, run_dir))
     result = SuiteResult(suite=suite.name, run_dir=str(run_dir), tasksets=tuple(results))
     (run_dir / "summary.json").write_text(
         json.dumps({"provenance": provenance, "result": _jsonable(result)}, indent=2)

@@ -186,6 +186,8 @@ class _Session:
             result = self._send_probe(_SMALL_PROBE_CHARS, max_tokens=_PROBE_TOKENS)
             if result.ok:
                 break
+            if result.http_status is None:
+                raise ServerUnreachable(f"the first request got no answer: {result.error}")
             refused = [
                 f
                 for f in _OPTIONAL_FIELDS

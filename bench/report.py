@@ -21,7 +21,17 @@ from rich.table import Table
 from bench.records import BenchResult, DecodePoint, PrefillPoint
 from bench.stats import Comparison, NoiseFloor, Summary
 
-__all__ = ["render", "render_comparisons", "render_noise_floor", "summary_lines", "write_json"]
+__all__ = [
+    "DRIFT_WARNING",
+    "render",
+    "render_comparisons",
+    "render_noise_floor",
+    "summary_lines",
+    "write_json",
+]
+
+
+DRIFT_WARNING = 0.05  # first-half vs second-half median change worth a person's attention
 
 
 def _rate(s: Summary | None) -> str:
@@ -118,6 +128,11 @@ def render(result: BenchResult, console: Console) -> None:
     for point in (*result.prefill, *result.decode):
         for reason in sorted(set(point.invalid_reasons)):
             console.print(f"[yellow]{point.key} invalid run:[/yellow] {reason}")
+        if point.drift_rel is not None and abs(point.drift_rel) > DRIFT_WARNING:
+            console.print(
+                f"[yellow]{point.key} drifted {point.drift_rel:+.1%}[/yellow] from its first to its second half of "
+                "runs: the server or GPU changed state (throttling, another job); repeat the measurement"
+            )
 
 
 def summary_lines(result: BenchResult) -> list[str]:

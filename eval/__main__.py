@@ -10,7 +10,8 @@ Usage:
     python -m eval fidelity sweep --model DIR --baseline B.json --candidate NAME=C.json ... --db URL
     python -m eval gate --db URL --manifest-hash H --floor ID --candidate ID [--baseline-suite ID --candidate-suite ID]
 
-Exit status: 0 ok (and, for gate/sweep, every candidate passed), 1 failed, 2 usage error.
+Exit status: 0 ok (gate: the candidate passed; sweep: everything was measured and recorded, whatever
+the verdicts), 1 failed, 2 usage error.
 """
 
 from __future__ import annotations
@@ -347,6 +348,8 @@ def cmd_fidelity(args) -> int:
         print(f"reference_id: {reference.reference_id}")
         print(f"probe_set_digest: {reference.probe_set_digest}")
         print(f"positions: {reference.n_positions}")
+        for probe in reference.probes:
+            print(f"{probe.probe_id}.prompt_tokens: {len(probe.prompt_ids)}")
         return 0
     reference = store.load_reference(args.manifest_hash, probes.digest)
     measured = measure_fidelity(
@@ -388,6 +391,9 @@ def _cmd_sweep(args, store, probes) -> int:
     )
     print(f"model_manifest_hash: {manifest}")
     print(f"reference_id: {reference.reference_id}")
+    print(f"probe_set_digest: {reference.probe_set_digest}")
+    for probe in reference.probes:
+        print(f"{probe.probe_id}.prompt_tokens: {len(probe.prompt_ids)}")
     print(f"noise_floor.measurement_id: {floor.measurement_id}")
     print(f"noise_floor.kl_mean: {floor.metrics.kl_mean:.6g}")
     for o in outcomes:

@@ -27,6 +27,7 @@ from eval.decision import (
     compare_taskset,
     decide,
     decide_fidelity,
+    worst_case_floor,
 )
 from eval.errors import (
     DataIntegrityError,
@@ -97,4 +98,5 @@ __all__ = [
     "measure_fidelity",
     "preflight",
     "run_suite",
+    "worst_case_floor",
 ]

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.text import Text
 
 from eval.errors import EvalConfigError, EvalError
 
@@ -458,7 +459,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except EvalError as exc:
-        console.print(f"[red]{type(exc).__name__}[/red]: {exc}", highlight=False)
+        # Text, not markup: messages quote lists and paths with brackets.
+        console.print(Text.assemble((type(exc).__name__, "red"), f": {exc}"), highlight=False, soft_wrap=True)
         if getattr(exc, "log_tail", ""):
             console.print(exc.log_tail, highlight=False, markup=False)
         return 1

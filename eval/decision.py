@@ -14,6 +14,7 @@ Usage:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -35,6 +36,7 @@ __all__ = [
     "decide",
     "decide_fidelity",
     "mcnemar_one_sided_p",
+    "worst_case_floor",
 ]
 
 
@@ -131,6 +133,28 @@ class GateDecision:
     reasons: tuple[str, ...]
     fidelity: FidelityVerdict | None
     tasksets: tuple[TasksetVerdict, ...]
+
+
+def worst_case_floor(floors: Sequence[FidelityMetrics]) -> FidelityMetrics:
+    """One noise floor from several fresh baseline launches: the worst of each statistic.
+
+    Raises:
+        EvalConfigError: no floors, or floors measured against different references.
+    """
+    if not floors:
+        raise EvalConfigError("no noise-floor measurement: measure the baseline in a fresh launch first")
+    if len({f.n_positions for f in floors}) != 1:
+        raise EvalConfigError("noise floors were measured against different references")
+    worst = max(floors, key=lambda f: f.kl_mean)
+    return dataclasses.replace(
+        worst,
+        kl_mean=max(f.kl_mean for f in floors),
+        kl_p99=max(f.kl_p99 for f in floors),
+        kl_max=max(f.kl_max for f in floors),
+        top1_agreement=min(f.top1_agreement for f in floors),
+        greedy_match_fraction=min(f.greedy_match_fraction for f in floors),
+        greedy_full_matches=min(f.greedy_full_matches for f in floors),
+    )
 
 
 def _check(name: str, value: float, floor: float, min_floor: float, factor: float) -> Check:

@@ -11,6 +11,7 @@ from eval.decision import (
     decide,
     decide_fidelity,
     mcnemar_one_sided_p,
+    worst_case_floor,
 )
 from eval.errors import EvalConfigError
 from eval.records import EpisodeOutcome, FidelityMetrics, TasksetResult
@@ -181,3 +182,14 @@ def test_decide_stops_at_fidelity_and_otherwise_needs_every_taskset_to_pass():
     assert decide(fidelity=good).passed
     with pytest.raises(EvalConfigError):
         decide()
+
+
+def test_several_fresh_launches_give_the_worst_case_floor():
+    floor = worst_case_floor(
+        [_metrics(kl_mean=0.01, kl_p99=0.2, top1=0.99), _metrics(kl_mean=0.02, kl_p99=0.1, top1=0.97)]
+    )
+    assert (floor.kl_mean, floor.kl_p99, floor.top1_agreement) == (0.02, 0.2, 0.97)
+    with pytest.raises(EvalConfigError):
+        worst_case_floor([])
+    with pytest.raises(EvalConfigError, match="different references"):
+        worst_case_floor([_metrics(n=10), _metrics(n=11)])

@@ -196,3 +196,24 @@ def test_cli_data_check_of_an_uncached_dataset_fails_clearly(tmp_path, repo_root
     assert result.returncode == 1 and "MissingDataset" in result.stdout
     unknown = _cli("data", "gsm8k", "--cache-dir", str(tmp_path), cwd=repo_root)
     assert unknown.returncode == 1 and "unknown dataset" in unknown.stdout
+
+
+def _docker_engine_answers() -> bool:
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(
+    _docker_engine_answers(), reason="a Docker engine answers here; this checks the message without one"
+)
+def test_a_docker_suite_without_a_docker_engine_fails_before_any_model_call(tmp_path):
+    from eval.errors import RuntimeUnavailable
+
+    suite = dataclasses.replace(
+        get_suite("smoke"),
+        tasksets=(TasksetSpec(name="t", taskset_id="eval-mmath", max_tokens=8, limit=1, shuffle=False),),
+    )
+    with pytest.raises(RuntimeUnavailable, match="Docker is not usable.*offline"):
+        preflight(suite, locks=load_locks(), paths=EvalPaths(tmp_path))

@@ -1,0 +1,171 @@
+"""Find the fastest serving configuration that keeps the model's intelligence.
+
+Usage:
+    python -m autoresearch                                  # embedded default: tiny model, CPU, offline suite
+    python -m autoresearch --suite broad --model DIR|ORG/REPO@REV [--trials N | --hours H] [--vram 24GiB]
+                           [--study NAME] [--storage URL]
+    python -m autoresearch export [--study NAME] [--storage URL] [--out champion.json]
+    python -m autoresearch report [--study NAME] [--storage URL]
+
+Exit status: 0 done, 1 the run failed, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from autoresearch.errors import AutoresearchError, PlanError
+
+log = logging.getLogger("autoresearch")
+DEFAULT_STORAGE = "sqlite:///results.db"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m autoresearch", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", nargs="?", default="run", choices=["run", "export", "report"])
+    parser.add_argument("--model", help="model folder, or a Hub id with revision (org/repo@rev); "
+                        "absent: the embedded tiny synthetic model on the CPU engine")
+    parser.add_argument("--suite", help="task suite: offline, smoke, broad, quick, full "
+                        "(default: offline for the embedded default, broad with --model)")
+    parser.add_argument("--engine", choices=["exllamav3", "transformers"],
+                        help="default: exllamav3 with --model, transformers for the embedded default")
+    parser.add_argument("--trials", type=int, help="total trials in the study, baseline included (embedded default: 6)")
+    parser.add_argument("--hours", type=float, help="stop starting trials after this many hours")
+    parser.add_argument("--vram", help="VRAM budget, e.g. 24GiB (an RTX 3090); default: the GPU's memory")
+    parser.add_argument("--emulate-vram", action="store_true",
+                        help="also cap each server's GPU memory at --vram (emulate a 3090 on a larger GPU)")
+    parser.add_argument("--host-memory-limit", help="cap each server's memory (data segment), e.g. 2GiB: "
+                        "emulate a smaller machine for the CPU engine; a server over it fails as out of memory")
+    parser.add_argument("--study", help="study name (default: from suite, engine and model manifest)")
+    parser.add_argument("--storage", default=DEFAULT_STORAGE,
+                        help="Optuna/results storage URL: sqlite:///results.db or postgresql://... (shared by workers)")
+    parser.add_argument("--results-md", type=Path, default=Path("RESULTS.md"))
+    parser.add_argument("--workdir", type=Path, default=Path("runs"), help="server logs, configs, suite runs")
+    parser.add_argument("--port", type=int, default=18020, help="server port (0: any free port, for several workers)")
+    parser.add_argument("--pin", action="append", default=[], metavar="KNOB=VALUE",
+                        help="hold a knob fixed (JSON value), e.g. --pin cache_tokens=32768")
+    parser.add_argument("--suite-limit", type=int, help="tasks per taskset (shrink a suite)")
+    parser.add_argument("--suite-max-tokens", type=int, help="max output tokens per call in every taskset")
+    parser.add_argument("--finalists", type=int, default=2)
+    parser.add_argument("--finalist-launches", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--heartbeat", type=int, default=10, help=argparse.SUPPRESS)
+    parser.add_argument("--grace", type=int, default=60, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, default=Path("champion.json"), help="export: where to write the config")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    return parser
+
+
+def setup_logging(verbose: bool) -> None:
+    level = logging.DEBUG if verbose else logging.INFO
+    if sys.stderr.isatty():
+        from rich.logging import RichHandler
+
+        logging.basicConfig(level=level, format="%(message)s", handlers=[RichHandler(show_path=False)])
+    else:
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "optuna", "matplotlib"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def make_plan(args: argparse.Namespace):
+    from autoresearch.model_source import resolve_model
+    from autoresearch.plan import RunPlan, default_bench_plan, default_probe_config, study_name_for
+    from search_space import gpu_memory_bytes, parse_bytes
+
+    cache_dir = Path(os.environ.get("AUTORESEARCH_CACHE", Path.home() / ".cache" / "exl3-autoresearch"))
+    model = resolve_model(args.model, locks_dir=Path("locks"), cache_dir=cache_dir)
+    engine = args.engine or ("transformers" if model.is_embedded else "exllamav3")
+    suite = args.suite or ("offline" if model.is_embedded else "broad")
+    if model.is_embedded and suite not in ("offline",):
+        raise PlanError(f"the embedded default runs the offline suite; --suite {suite} needs a real model (--model) "
+                        "and, for AIME/LiveCodeBench, Docker")
+    if model.is_embedded and engine != "transformers":
+        raise PlanError("the embedded default model runs on the transformers (CPU) engine")
+    trials = args.trials
+    if trials is None and args.hours is None:
+        trials = 6 if model.is_embedded else None
+        if trials is None:
+            raise PlanError("give --trials N or --hours H")
+    vram = None
+    if engine == "exllamav3":
+        vram = parse_bytes(args.vram) if args.vram else gpu_memory_bytes()
+        if vram is None:
+            raise PlanError("no GPU found to read the VRAM budget from; pass --vram (e.g. 24GiB)")
+    elif args.vram:
+        raise PlanError("--vram applies to the exllamav3 engine only")
+    pinned = {}
+    for item in args.pin:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise PlanError(f"--pin {item!r}: write KNOB=VALUE")
+        try:
+            pinned[name] = json.loads(value)
+        except json.JSONDecodeError:
+            pinned[name] = value
+    overrides = {}
+    if args.suite_limit is not None:
+        overrides["limit"] = args.suite_limit
+    if args.suite_max_tokens is not None:
+        overrides["max_tokens"] = args.suite_max_tokens
+    if model.is_embedded:
+        overrides.setdefault("limit", 2)
+        overrides.setdefault("max_tokens", 48)
+    return RunPlan(
+        model=model, engine=engine, suite=suite,
+        study_name=args.study or study_name_for(suite, engine, model.manifest_hash),
+        storage_url=args.storage, workdir=args.workdir, results_md=args.results_md, trials=trials, hours=args.hours,
+        vram_bytes=vram, emulate_vram=args.emulate_vram,
+        host_memory_limit_bytes=parse_bytes(args.host_memory_limit) if args.host_memory_limit else None, port=args.port, seed=args.seed,
+        bench_plan=default_bench_plan(engine), probe_config=default_probe_config(engine), suite_overrides=overrides,
+        pinned=pinned, finalists=args.finalists, finalist_launches=args.finalist_launches,
+        heartbeat_s=args.heartbeat, grace_s=args.grace,
+        startup_timeout_s=300.0 if engine == "transformers" else 900.0,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.verbose)
+    try:
+        plan = make_plan(args)
+        if args.command == "export":
+            from autoresearch.export import export_champion
+
+            return export_champion(plan, args.out)
+        if args.command == "report":
+            from autoresearch.export import regenerate_report
+
+            return regenerate_report(plan)
+        from autoresearch.loop import run
+
+        return run(plan)
+    except PlanError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except AutoresearchError as exc:
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # the other packages' deliberate errors: a clear line, not a traceback
+        from eval.errors import EvalError
+        from search_space.errors import SearchSpaceError
+        from serving.errors import ServingError
+
+        if isinstance(exc, EvalError | SearchSpaceError | ServingError):
+            print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+        raise
+    except KeyboardInterrupt:
+        print("interrupted: the study is saved; run the same command again to continue", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

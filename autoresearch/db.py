@@ -1,0 +1,156 @@
+"""The project's tables in results.db, next to Optuna's: measurements, provenance, finalists.
+
+SQLAlchemy Core with table names prefixed `ar_` so they never collide with Optuna's schema (and no
+Alembic version table of ours shares Optuna's `alembic_version`). Rows are append-only: a killed
+loop loses at most the row it was writing.
+
+Usage:
+    db = ResultsDB("sqlite:///results.db")
+    db.add_measurement(study="s", trial=3, kind="bench", config_digest=d, payload=result.to_dict())
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Column,
+    DateTime,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    event,
+    insert,
+    select,
+)
+from sqlalchemy.engine import Engine
+
+__all__ = ["ResultsDB", "make_engine"]
+
+metadata = MetaData()
+
+measurements = Table(
+    "ar_measurements", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("study", String(200), nullable=False, index=True),
+    Column("trial", Integer, nullable=True, index=True),  # Optuna trial number; NULL for finalist launches
+    Column("kind", String(40), nullable=False),  # bench | memory | fidelity | suite | gate | launch
+    Column("config_digest", String(64), nullable=False, index=True),
+    Column("launch", Integer, nullable=False, default=0),  # which fresh launch of this config
+    Column("payload", JSON, nullable=False),
+    Column("created_at", DateTime, nullable=False),
+)
+
+provenance = Table(
+    "ar_provenance", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("study", String(200), nullable=False, index=True),
+    Column("trial", Integer, nullable=True),
+    Column("config_digest", String(64), nullable=False),
+    Column("model_manifest_hash", String(64), nullable=False),
+    Column("engine", String(40), nullable=False),
+    Column("engine_version", String(80)),
+    Column("torch_version", String(80)),
+    Column("gpu_name", String(120)),
+    Column("gpu_driver", String(80)),
+    Column("details", JSON, nullable=False),  # clocks, power limit, host, git commit, server_info
+    Column("created_at", DateTime, nullable=False),
+)
+
+finalists = Table(
+    "ar_finalists", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("study", String(200), nullable=False, index=True),
+    Column("round", Integer, nullable=False),  # one confirmation round per loop end
+    Column("trial", Integer, nullable=False),  # the trial whose config was re-measured
+    Column("config_digest", String(64), nullable=False),
+    Column("decode_tok_per_s", Float),
+    Column("prefill_tok_per_s", Float),
+    Column("verdict", Text, nullable=False),  # JSON: comparisons with the baseline, champion flag
+    Column("created_at", DateTime, nullable=False),
+)
+
+
+def make_engine(url: str) -> Engine:
+    """SQLite waits for locks instead of failing and uses WAL so readers (dashboard) never block the loop."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 60})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(conn, _record):
+            cur = conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=60000")
+            cur.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+class ResultsDB:
+    def __init__(self, url: str):
+        self.url = url
+        self.engine = make_engine(url)
+        metadata.create_all(self.engine)
+
+    def add_measurement(self, *, study: str, trial: int | None, kind: str, config_digest: str,
+                        payload: dict[str, Any], launch: int = 0) -> int:
+        with self.engine.begin() as conn:
+            result = conn.execute(insert(measurements).values(
+                study=study, trial=trial, kind=kind, config_digest=config_digest, launch=launch,
+                payload=json.loads(json.dumps(payload, default=str)), created_at=_now()))
+            return result.inserted_primary_key[0]
+
+    def measurements(self, *, study: str, kind: str | None = None, trial: int | None = None,
+                     config_digest: str | None = None) -> list[dict[str, Any]]:
+        query = select(measurements).where(measurements.c.study == study)
+        if kind is not None:
+            query = query.where(measurements.c.kind == kind)
+        if trial is not None:
+            query = query.where(measurements.c.trial == trial)
+        if config_digest is not None:
+            query = query.where(measurements.c.config_digest == config_digest)
+        with self.engine.connect() as conn:
+            return [dict(row._mapping) for row in conn.execute(query.order_by(measurements.c.id))]
+
+    def add_provenance(self, *, study: str, trial: int | None, config_digest: str, model_manifest_hash: str,
+                       engine: str, details: dict[str, Any]) -> None:
+        gpu = details.get("gpu") or {}
+        server = details.get("server_info") or {}
+        with self.engine.begin() as conn:
+            conn.execute(insert(provenance).values(
+                study=study, trial=trial, config_digest=config_digest, model_manifest_hash=model_manifest_hash,
+                engine=engine, engine_version=server.get("engine_version"), torch_version=server.get("torch_version"),
+                gpu_name=gpu.get("name"), gpu_driver=gpu.get("driver"),
+                details=json.loads(json.dumps(details, default=str)), created_at=_now()))
+
+    def provenance(self, *, study: str) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(provenance).where(provenance.c.study == study).order_by(provenance.c.id))
+            return [dict(row._mapping) for row in rows]
+
+    def add_finalist(self, *, study: str, round_: int, trial: int, config_digest: str, decode: float | None,
+                     prefill: float | None, verdict: dict[str, Any]) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(insert(finalists).values(
+                study=study, round=round_, trial=trial, config_digest=config_digest, decode_tok_per_s=decode,
+                prefill_tok_per_s=prefill, verdict=json.dumps(verdict, default=str), created_at=_now()))
+
+    def finalists(self, *, study: str) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(finalists).where(finalists.c.study == study).order_by(finalists.c.id))
+            return [{**dict(row._mapping), "verdict": json.loads(row.verdict)} for row in rows]
+
+    def close(self) -> None:
+        self.engine.dispose()

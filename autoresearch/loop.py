@@ -1,0 +1,83 @@
+"""The run: open or resume the study, run trials until the stopping rule, confirm finalists, report.
+
+Usage:
+    exit_code = run(plan)
+"""
+
+from __future__ import annotations
+
+import logging
+
+import optuna
+
+from autoresearch.db import ResultsDB
+from autoresearch.finalists import confirm_finalists, feasible_front
+from autoresearch.objectives import speedup_score
+from autoresearch.plan import RunPlan
+from autoresearch.progress import Progress
+from autoresearch.report import write_report
+from autoresearch.servers import reap_orphan_servers
+from autoresearch.study import open_study
+from autoresearch.trial import BaselineNotReady, TrialRunner
+from eval import EvalStore
+from search_space import SpaceContext, build_space, read_model_info
+
+__all__ = ["counted_trials", "run"]
+
+log = logging.getLogger(__name__)
+_COUNTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+
+def counted_trials(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=_COUNTED))
+
+
+def _best_line(study: optuna.Study) -> str:
+    trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    baseline = next((t for t in trials if t.user_attrs.get("role") == "baseline"), None)
+    if baseline is None:
+        return "baseline not measured yet"
+    front = [t for t in feasible_front(study) if t.user_attrs.get("role") != "baseline"]
+    if not front:
+        return f"baseline (decode {baseline.values[0]:.1f}, prefill {baseline.values[1]:.0f} tok/s)"
+    best = max(front, key=lambda t: speedup_score(tuple(t.values), tuple(baseline.values)))
+    score = speedup_score(tuple(best.values), tuple(baseline.values))
+    return f"trial {best.number}: decode {best.values[0]:.1f}, prefill {best.values[1]:.0f} tok/s ({score:.3f}x)"
+
+
+def run(plan: RunPlan) -> int:
+    plan.study_dir.mkdir(parents=True, exist_ok=True)
+    db = ResultsDB(plan.storage_url)  # first: creates the file and switches SQLite to WAL
+    store = EvalStore(plan.storage_url)
+    stopped = reap_orphan_servers(plan.study_dir / "servers")
+    if stopped:
+        log.warning("stopped %d server(s) left running by a killed loop", stopped)
+    space = build_space(SpaceContext(engine=plan.engine, model=read_model_info(plan.model.path)), pinned=plan.pinned)
+    study = open_study(plan, space)
+    log.info("study %s in %s: %d trials so far; search space of %s configurations", plan.study_name,
+             plan.storage_url, len(study.trials), space.size())
+    with Progress(study=plan.study_name, trials=plan.trials, hours=plan.hours) as progress:
+        runner = TrialRunner(plan, space, db, store, progress)
+
+        def after_trial(study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
+            progress.trial_finished(counted_trials(study), _best_line(study))
+            write_report(plan, study, db, store)
+
+        callbacks = [after_trial]
+        if plan.trials is not None:
+            callbacks.insert(0, optuna.study.MaxTrialsCallback(plan.trials, states=_COUNTED))
+        remaining = None if plan.trials is None else plan.trials - counted_trials(study)
+        if remaining is None or remaining > 0:
+            study.optimize(runner, n_trials=None, timeout=plan.hours * 3600 if plan.hours else None,
+                           callbacks=callbacks, catch=(BaselineNotReady,), gc_after_trial=True)
+        progress.stage("confirming finalists")
+        champion = confirm_finalists(plan, study, space, db)
+        write_report(plan, study, db, store)
+    if champion is None:
+        log.error("no champion decided: the baseline did not complete or could not be re-measured")
+        return 1
+    who = "the baseline (no candidate confirmed faster)" if champion.is_baseline else f"trial {champion.trial}"
+    print(f"champion: {who}; decode {champion.decode_tok_per_s:.2f} tok/s, prefill {champion.prefill_tok_per_s:.1f} "
+          f"tok/s, speed-up {champion.speedup:.3f}x")
+    print(f"results: {plan.results_md}")
+    return 0

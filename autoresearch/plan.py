@@ -1,0 +1,93 @@
+"""Everything a run is told, parsed once from the CLI into one frozen object.
+
+The embedded default (no --model) is a complete small study on 2 CPU cores: the tiny synthetic
+model on the transformers engine, the offline suite, short ladders. With a model the defaults are
+the GPU ones: exllamav3, the chosen suite, 8K prefill and 1K/8K decode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autoresearch.errors import PlanError
+from autoresearch.model_source import ResolvedModel
+from bench import BenchPlan
+from eval import GatePolicy, ProbeSetConfig
+
+__all__ = ["RunPlan", "default_bench_plan", "default_probe_config", "study_name_for"]
+
+OBJECTIVES = ("decode_tok_per_s", "prefill_tok_per_s")
+
+
+def default_bench_plan(engine: str) -> BenchPlan:
+    if engine == "transformers":  # 2 CPU cores: short ladders, few repeats
+        return BenchPlan(prefill_tokens=(256,), decode_context_tokens=(128,), decode_kinds=("math",),
+                         decode_tokens=24, min_repeats=3, max_repeats=5, warmup_requests=1, gpu_index=None,
+                         prefill_target_rel_ci=0.10, decode_target_rel_ci=0.05)
+    return BenchPlan(prefill_tokens=(8192,), decode_context_tokens=(1024, 8192), decode_kinds=("math",),
+                     decode_tokens=128, min_repeats=3, max_repeats=6)
+
+
+def default_probe_config(engine: str) -> ProbeSetConfig:
+    if engine == "transformers":
+        return ProbeSetConfig(continuation_tokens=16, long_context_tokens=(512,), long_continuation_tokens=8)
+    return ProbeSetConfig()
+
+
+def study_name_for(suite: str, engine: str, manifest_hash: str) -> str:
+    """Encodes what must not change within one study: suite, engine, model, objective layout."""
+    return f"{suite}-{engine}-{manifest_hash[:10]}-dec+pre-v1"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPlan:
+    model: ResolvedModel
+    engine: str
+    suite: str
+    study_name: str
+    storage_url: str
+    workdir: Path  # server logs, configs, suite run folders
+    results_md: Path
+    trials: int | None = None  # total COMPLETE + PRUNED trials in the study, baseline included
+    hours: float | None = None
+    vram_bytes: int | None = None  # the budget; None: no memory check (CPU engine)
+    emulate_vram: bool = False  # also cap the server's GPU memory at vram_bytes (a 3090 on a bigger GPU)
+    host_memory_limit_bytes: int | None = None  # cap each server's data segment: emulate a smaller CPU machine
+    port: int = 18020
+    seed: int = 0
+    bench_plan: BenchPlan = field(default_factory=lambda: default_bench_plan("exllamav3"))
+    probe_config: ProbeSetConfig = field(default_factory=lambda: default_probe_config("exllamav3"))
+    gate_policy: GatePolicy = field(default_factory=GatePolicy)
+    suite_overrides: dict = field(default_factory=dict)  # e.g. {"limit": 2, "max_tokens": 64} for the offline suite
+    pinned: dict = field(default_factory=dict)  # knobs held fixed, e.g. {"cache_tokens": 32768}
+    dominated_margin_rel: float = 0.05  # stop a trial this much slower than a front member on both objectives
+    finalists: int = 2
+    finalist_launches: int = 2
+    startup_timeout_s: float = 900.0
+    heartbeat_s: int = 10
+    grace_s: int = 60
+
+    def __post_init__(self) -> None:
+        if self.trials is not None and self.trials < 1:
+            raise PlanError(f"--trials must be >= 1, got {self.trials}")
+        if self.hours is not None and self.hours <= 0:
+            raise PlanError(f"--hours must be > 0, got {self.hours}")
+        if self.trials is None and self.hours is None:
+            raise PlanError("give --trials N or --hours H (or both): the loop needs a stopping rule")
+        if not re.fullmatch(r"[\w.+-]{1,200}", self.study_name):
+            raise PlanError(f"--study {self.study_name!r}: use letters, digits and . _ + - only")
+        if self.finalists < 1 or self.finalist_launches < 1:
+            raise PlanError("--finalists and --finalist-launches must be >= 1")
+
+    @property
+    def study_dir(self) -> Path:
+        return self.workdir / self.study_name
+
+    @property
+    def key(self) -> str:
+        """What a resumed run must share with the stored study."""
+        text = f"{self.model.manifest_hash}|{self.engine}|{self.suite}|{self.bench_plan.digest}"
+        return hashlib.sha256(text.encode()).hexdigest()[:16]

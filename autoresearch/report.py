@@ -1,0 +1,193 @@
+"""RESULTS.md and its Pareto plot: a view of what results.db holds, regenerated after every trial.
+
+Every number here is read back from the stores (Optuna's trials, ar_* and eval_* tables); the
+report computes nothing that is not stored, except ratios of stored numbers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import optuna
+
+from autoresearch.db import ResultsDB
+from autoresearch.finalists import feasible_front, load_champion
+from autoresearch.plan import RunPlan
+from eval import EvalStore
+
+__all__ = ["changed_knobs", "write_report"]
+
+
+def changed_knobs(config: dict, baseline: dict) -> str:
+    """The config's differences from the baseline, e.g. `max_chunk_size=4096, EXL3_INT8_GEMV=0`."""
+    diffs = [f"{k}={v}" for k, v in sorted(config.get("args", {}).items()) if baseline.get("args", {}).get(k) != v]
+    diffs += [f"{k}={v}" for k, v in sorted(config.get("env", {}).items()) if baseline.get("env", {}).get(k) != v]
+    diffs += [f"{k} unset" for k in sorted(baseline.get("env", {})) if k not in config.get("env", {})]
+    return ", ".join(diffs) or "(baseline)"
+
+
+def _fmt(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def _ratio(x: float | None, base: float | None) -> str:
+    return "-" if not x or not base else f"{x / base:.3f}x"
+
+
+def _plot(study: optuna.Study, baseline, path: Path) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if t.values and min(t.values) > 0]
+    if not done:
+        return False
+    feasible = [t for t in done if all(c <= 0 for c in t.user_attrs.get("constraints", [1]))]
+    front = {t.number for t in feasible_front(study)}
+    fig, ax = plt.subplots(figsize=(7, 5), dpi=100)
+    rejected = [t for t in done if t not in feasible]
+    if rejected:
+        ax.scatter([t.values[1] for t in rejected], [t.values[0] for t in rejected], marker="x", color="tab:red",
+                   label="rejected by the gate")
+    ax.scatter([t.values[1] for t in feasible if t.number not in front],
+               [t.values[0] for t in feasible if t.number not in front], color="tab:gray", label="feasible")
+    on_front = sorted((t for t in feasible if t.number in front), key=lambda t: t.values[1])
+    ax.plot([t.values[1] for t in on_front], [t.values[0] for t in on_front], "o-", color="tab:blue",
+            label="gated Pareto front")
+    if baseline is not None:
+        ax.scatter([baseline.values[1]], [baseline.values[0]], marker="*", s=200, color="gold", edgecolor="black",
+                   zorder=5, label="baseline")
+    for t in done:
+        ax.annotate(str(t.number), (t.values[1], t.values[0]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel("prefill tok/s (client)")
+    ax.set_ylabel("decode tok/s (client)")
+    ax.set_title(study.study_name, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def _tasksets(db: ResultsDB, store: EvalStore, plan: RunPlan, trial: int | None) -> dict[str, object]:
+    if trial is None:
+        return {}
+    rows = db.measurements(study=plan.study_name, kind="suite", trial=trial)
+    if not rows:
+        return {}
+    result = store.load_suite_result(rows[-1]["payload"]["suite_run_id"])
+    return {t.name: t for t in result.tasksets}
+
+
+def write_report(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalStore) -> Path:
+    trials = study.get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    baseline = next((t for t in complete if t.user_attrs.get("role") == "baseline"), None)
+    base_cfg = baseline.user_attrs["config"] if baseline else {}
+    base_vals = tuple(baseline.values) if baseline else (None, None)
+    champion = load_champion(study)
+    lines = [
+        f"# Results: {plan.study_name}",
+        "",
+        f"Generated {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')} from `{plan.storage_url}` "
+        f"(`optuna-dashboard {plan.storage_url}` shows the same study). Model **{plan.model.name}** "
+        f"(`{plan.model.source}`, manifest `{plan.model.manifest_hash[:16]}`), engine **{plan.engine}**, "
+        f"suite **{plan.suite}**. Objectives: client-side decode and prefill tok/s (bench geometric means).",
+        "",
+        "## Champion",
+        "",
+    ]
+    if champion:
+        who = "the baseline" if champion["is_baseline"] else f"trial {champion['trial']}"
+        lines += [
+            f"**{who}**: decode {_fmt(champion['decode_tok_per_s'], 2)} tok/s, prefill "
+            f"{_fmt(champion['prefill_tok_per_s'])} tok/s, speed-up {champion['speedup']:.3f}x "
+            f"({champion['reason']}).",
+            "",
+            f"Changes from the baseline: `{changed_knobs(champion['config'], base_cfg)}`",
+            "",
+            "Serve it: `python -m autoresearch export --study " + plan.study_name + " --out champion.json`, then "
+            f"`python -m serving --model {plan.model.path} --config champion.json`.",
+        ]
+    else:
+        lines.append("Not decided yet: the finalists are confirmed in fresh launches when the loop ends.")
+    lines += ["", "## Gated Pareto front (search measurements, one launch each)", "",
+              "| trial | decode tok/s | prefill tok/s | decode vs baseline | prefill vs baseline | changes |",
+              "|---:|---:|---:|---:|---:|---|"]
+    for t in sorted(feasible_front(study), key=lambda t: -t.values[0]):
+        lines.append(f"| {t.number} | {_fmt(t.values[0], 2)} | {_fmt(t.values[1])} | {_ratio(t.values[0], base_vals[0])} "
+                     f"| {_ratio(t.values[1], base_vals[1])} | `{changed_knobs(t.user_attrs.get('config', {}), base_cfg)}` |")
+    finals = db.finalists(study=plan.study_name)
+    if finals:
+        lines += ["", "## Finalists, re-measured in fresh launches", "",
+                  "| round | trial | decode tok/s | prefill tok/s | speed-up | decision |", "|---:|---:|---:|---:|---:|---|"]
+        for f in finals:
+            v = f["verdict"]
+            decision = "baseline" if v.get("baseline") else ("confirmed" if v.get("qualified") else
+                                                              v.get("reason", "not confirmed"))
+            lines.append(f"| {f['round']} | {f['trial']} | {_fmt(f['decode_tok_per_s'], 2)} | "
+                         f"{_fmt(f['prefill_tok_per_s'])} | {v.get('speedup', 1.0):.3f}x | {decision} |")
+    lines += ["", "## Baseline", ""]
+    if baseline:
+        evidence = study.user_attrs.get("baseline_evidence", {})
+        lines += [f"Trial {baseline.number}: decode {_fmt(base_vals[0], 2)} tok/s, prefill {_fmt(base_vals[1])} tok/s; "
+                  f"config digest `{baseline.user_attrs.get('config_digest', '')[:12]}`.", ""]
+        if evidence.get("speed_floor"):
+            floor = ", ".join(f"{k} {v:.1%}" for k, v in sorted(evidence["speed_floor"].items()) if "_client@" in k)
+            lines.append(f"Speed noise floor (two fresh launches): {floor}.")
+        fid = [r["payload"] for r in db.measurements(study=plan.study_name, kind="fidelity", trial=baseline.number)]
+        if fid:
+            m = fid[-1]["metrics"]
+            lines.append(f"Fidelity noise floor: KL mean {m['kl_mean']:.2e}, KL p99 {m['kl_p99']:.2e}, top-1 agreement "
+                         f"{m['top1_agreement']:.4f} over {m['n_positions']} positions.")
+        lines += ["", "```json", json.dumps(base_cfg, indent=1, sort_keys=True), "```"]
+    else:
+        lines.append("Not measured yet.")
+    lines += ["", "## Rejected and stopped candidates", "", "| trial | outcome | reasons | changes |", "|---:|---|---|---|"]
+    for t in trials:
+        outcome = t.user_attrs.get("outcome")
+        if t.user_attrs.get("role") == "baseline" or outcome in (None, "passed"):
+            continue
+        reasons = "; ".join(t.user_attrs.get("reasons", []))[:300].replace("|", "/")
+        lines.append(f"| {t.number} | {outcome} | {reasons} | `{changed_knobs(t.user_attrs.get('config', {}), base_cfg)}` |")
+    lines += ["", "## Per-taskset results (never merged)", ""]
+    base_sets = _tasksets(db, store, plan, baseline.number if baseline else None)
+    champ_trial = champion["trial"] if champion and not champion["is_baseline"] else None
+    champ_sets = _tasksets(db, store, plan, champ_trial)
+    lines += ["| taskset | run | tasks | rollouts | reward | failures (ok=false) | truncations | output tok/s |",
+              "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for label, sets in (("baseline", base_sets), (f"champion (trial {champ_trial})", champ_sets)):
+        for name, r in sets.items():
+            lines.append(f"| {name} | {label} | {r.tasks} | {r.rollouts} | {_fmt(r.reward_mean, 3)} | {r.failures} | "
+                         f"{r.truncations} | {_fmt(r.output_tok_per_s)} |")
+    lines += ["", "## Provenance", ""]
+    prov = db.provenance(study=plan.study_name)
+    if prov:
+        last = prov[-1]
+        details = last["details"]
+        info = details.get("server_info") or {}
+        gpu = details.get("gpu") or {}
+        lines += [
+            f"- model manifest: `{plan.model.manifest_hash}` ({plan.model.manifest_path})",
+            f"- engine: {last['engine']} {last['engine_version'] or ''}; torch {last['torch_version'] or '-'}; "
+            f"CUDA {info.get('cuda_version', '-')}",
+            f"- GPU: {last['gpu_name'] or 'none'}; driver {last['gpu_driver'] or '-'}; "
+            f"power limit {((gpu.get('details') or {}).get('power_limit_w')) or '-'} W",
+            f"- host: {details.get('host', {}).get('platform', '-')}; project commit "
+            f"{(details.get('project') or {}).get('commit') or '-'}"
+            f"{' (dirty)' if (details.get('project') or {}).get('dirty') else ''}",
+        ]
+    if plan.vram_bytes:
+        lines.append(f"- VRAM budget: {plan.vram_bytes / 2**30:.1f} GiB{' (emulated on the server)' if plan.emulate_vram else ''}")
+    plot = plan.results_md.with_name(plan.results_md.stem + "-pareto.png")
+    if _plot(study, baseline, plot):
+        lines += ["", f"![Pareto front]({plot.name})"]
+    plan.results_md.parent.mkdir(parents=True, exist_ok=True)
+    tmp = plan.results_md.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(plan.results_md)  # atomic: a killed loop never leaves half a report
+    return plan.results_md

@@ -1,0 +1,88 @@
+"""Launching servers for the loop, and cleaning up after a loop that was killed.
+
+A loop killed with SIGKILL leaves its server running (it lives in its own process group), holding
+the port and the GPU. Every launch writes a pid file naming the server and the loop that owns it;
+at start-up, servers whose loop is gone are stopped (the stale-server guard).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from serving.config import ServingConfig
+from serving.launcher import LaunchSpec, ServerProcess, free_port, start
+
+__all__ = ["reap_orphan_servers", "serve"]
+
+log = logging.getLogger(__name__)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_our_server(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"-m" in cmdline and b"serving" in cmdline
+
+
+def reap_orphan_servers(pid_dir: Path) -> int:
+    """Stop servers left behind by a loop that no longer runs; returns how many were stopped."""
+    stopped = 0
+    if not pid_dir.exists():
+        return 0
+    for path in pid_dir.glob("*.pid"):
+        try:
+            server_pid, owner_pid = (int(x) for x in path.read_text().split())
+        except ValueError:
+            path.unlink(missing_ok=True)
+            continue
+        if _alive(owner_pid):
+            continue  # another worker's live server
+        if _alive(server_pid) and _is_our_server(server_pid):
+            log.warning("stopping server pid %d left by a killed loop (pid %d)", server_pid, owner_pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server_pid, signal.SIGTERM)
+            deadline = time.monotonic() + 30
+            while _alive(server_pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server_pid, signal.SIGKILL)
+            stopped += 1
+        path.unlink(missing_ok=True)
+    return stopped
+
+
+@contextlib.contextmanager
+def serve(*, model_dir: Path, config: ServingConfig, log_path: Path, pid_dir: Path, port: int,
+          vram_limit_bytes: int | None, startup_timeout_s: float,
+          host_memory_limit_bytes: int | None = None) -> Iterator[ServerProcess]:
+    """Launch, record the pid file, yield the running server, stop it and remove the pid file."""
+    spec = LaunchSpec(model_dir=model_dir, config=config, log_path=log_path, port=port or free_port(),
+                      vram_limit_bytes=vram_limit_bytes, host_memory_limit_bytes=host_memory_limit_bytes,
+                      startup_timeout_s=startup_timeout_s)
+    pid_dir.mkdir(parents=True, exist_ok=True)
+    server = start(spec)
+    pid_file = pid_dir / f"{server.pid}.pid"
+    pid_file.write_text(f"{server.pid} {os.getpid()}\n")  # before waiting: a kill during load is covered
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+        pid_file.unlink(missing_ok=True)

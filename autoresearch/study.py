@@ -1,0 +1,73 @@
+"""The Optuna study in results.db (or PostgreSQL): create or resume, and keep its invariants.
+
+Resuming checks that the stored study measures the same thing (model, engine, suite, bench plan,
+objective layout): Optuna itself would silently keep old directions. Trials left RUNNING by a
+killed worker are failed by the heartbeat (stale after the grace period) and retried once with
+the same parameters, so nothing the study decided is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import optuna
+
+from autoresearch.errors import StudyError
+from autoresearch.plan import OBJECTIVES, RunPlan
+from search_space import SearchSpace, baseline_params
+
+__all__ = ["constraints_of", "open_study"]
+
+log = logging.getLogger(__name__)
+
+
+def constraints_of(trial: optuna.trial.FrozenTrial) -> list[float]:
+    """TPE's constraints_func, also what optuna-dashboard 0.21 draws feasibility from."""
+    return list(trial.user_attrs.get("constraints", [1.0, 1.0, 1.0, 1.0]))
+
+
+def _storage(plan: RunPlan) -> optuna.storages.RDBStorage:
+    kwargs = {"connect_args": {"timeout": 60}} if plan.storage_url.startswith("sqlite") else {"pool_pre_ping": True}
+    return optuna.storages.RDBStorage(
+        plan.storage_url,
+        engine_kwargs=kwargs,
+        heartbeat_interval=plan.heartbeat_s,
+        grace_period=plan.grace_s,
+        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
+    )
+
+
+def open_study(plan: RunPlan, space: SearchSpace) -> optuna.Study:
+    storage = _storage(plan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.simplefilter("ignore", FutureWarning)  # constraints_func: the dashboard still needs it
+        study = optuna.create_study(study_name=plan.study_name, storage=storage, load_if_exists=True,
+                                    directions=["maximize", "maximize"])
+        if tuple(d.name for d in study.directions) != ("MAXIMIZE", "MAXIMIZE"):
+            raise StudyError(f"study {plan.study_name} has directions {study.directions}; this loop maximizes "
+                             f"{OBJECTIVES}: choose another --study name")
+        stored_key = study.user_attrs.get("run_key")
+        if stored_key is not None and stored_key != plan.key:
+            raise StudyError(
+                f"study {plan.study_name} was made for another model, engine, suite or bench plan "
+                f"(key {stored_key} != {plan.key}); choose another --study name"
+            )
+        if stored_key is None:
+            study.set_user_attr("run_key", plan.key)
+            study.set_user_attr("model", {"name": plan.model.name, "source": plan.model.source,
+                                          "manifest_hash": plan.model.manifest_hash})
+            study.set_user_attr("engine", plan.engine)
+            study.set_user_attr("suite", plan.suite)
+            study.set_user_attr("bench_plan", plan.bench_plan.to_dict())
+            study.set_metric_names(list(OBJECTIVES))
+        optuna.storages.fail_stale_trials(study)
+        # Seeded by how far the study got, so a resumed run does not replay its start-up trials.
+        study.sampler = optuna.samplers.TPESampler(
+            seed=plan.seed + len(study.trials), multivariate=True, group=True, constraints_func=constraints_of,
+            n_startup_trials=min(10, max(2, (plan.trials or 10) // 2)),
+        )
+    if not any(t.user_attrs.get("role") == "baseline" for t in study.get_trials(deepcopy=False)):
+        study.enqueue_trial(baseline_params(space), user_attrs={"role": "baseline"}, skip_if_exists=True)
+    return study

@@ -1,0 +1,400 @@
+"""One trial, in stages, cheapest first: feasibility, launch, bench, dominance, fidelity, tasks.
+
+Every exit records what was learned and why it stopped. A configuration that cannot fit, will not
+launch, or fails the gate is a COMPLETE trial with a violated constraint (samplers ignore FAIL
+trials, and would propose it again); one clearly slower than the gated front is PRUNED after its
+speed is stored. Programming errors propagate.
+
+The baseline trial is special: it captures the fidelity reference and the baseline's suite
+results, then launches the baseline a second time to measure the noise floors (speed and
+fidelity) that every candidate is judged against.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import optuna
+
+from autoresearch.baseline import BaselineEvidence, load_baseline, save_baseline
+from autoresearch.db import ResultsDB
+from autoresearch.objectives import dominated_by, objectives_from_bench
+from autoresearch.plan import RunPlan
+from autoresearch.progress import Progress
+from autoresearch.provenance import collect_provenance
+from autoresearch.servers import serve
+from bench import BenchResult, Endpoint, noise_floor, run_bench
+from bench.errors import BenchError
+from eval import (
+    Endpoint as EvalEndpoint,
+)
+from eval import (
+    EvalStore,
+    MissingReference,
+    SuiteOverrides,
+    apply_overrides,
+    build_probe_set,
+    capture_reference,
+    gate_candidate,
+    get_suite,
+    measure_fidelity,
+    run_suite,
+)
+from eval.errors import EvalError
+from search_space import (
+    Calibration,
+    MemoryModel,
+    MemoryObservation,
+    SearchSpace,
+    baseline_params,
+    check_fit,
+    sample_config,
+)
+from search_space.budget import Budget
+from serving.config import ServingConfig
+from serving.errors import LaunchError
+
+__all__ = ["BaselineNotReady", "CONSTRAINTS", "TrialRunner"]
+
+log = logging.getLogger(__name__)
+CONSTRAINTS = ("fits", "launch_ok", "fidelity", "tasks")  # each <= 0 when satisfied
+OK, VIOLATED = -1.0, 1.0
+
+
+class BaselineNotReady(Exception):
+    """The baseline must run (again) before this candidate; the candidate is re-enqueued, not lost.
+
+    The loop passes it to optimize(catch=...): the trial ends FAIL, which no sampler counts or learns from.
+    """
+
+
+@dataclass
+class _Record:
+    """What a trial learned; written to user_attrs and constraints on every exit path."""
+
+    trial: optuna.Trial
+    constraints: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CONSTRAINTS, VIOLATED))
+    reasons: list[str] = field(default_factory=list)
+
+    def stage(self, name: str) -> None:
+        self.trial.set_user_attr("stage", name)
+
+    def fail(self, constraint: str, reason: str) -> None:
+        self.constraints[constraint] = VIOLATED
+        self.reasons.append(reason)
+
+    def close(self, outcome: str) -> None:
+        for key, value in self.constraints.items():
+            self.trial.set_constraint(key, value)
+        # The dashboard (optuna-dashboard 0.21) and TPE's constraints_func read this list.
+        self.trial.set_user_attr("constraints", [self.constraints[k] for k in CONSTRAINTS])
+        self.trial.set_user_attr("outcome", outcome)
+        self.trial.set_user_attr("reasons", self.reasons)
+
+
+class TrialRunner:
+    """The Optuna objective. One per loop process; holds the run's shared state."""
+
+    def __init__(self, plan: RunPlan, space: SearchSpace, db: ResultsDB, store: EvalStore, progress: Progress):
+        self.plan = plan
+        self.space = space
+        self.db = db
+        self.store = store
+        self.progress = progress
+        self.probe_set = build_probe_set(plan.probe_config)
+        self.suite = apply_overrides(get_suite(plan.suite), SuiteOverrides(**plan.suite_overrides))
+        self.memory = MemoryModel(space.context.model) if plan.engine == "exllamav3" else None
+
+    # ---- the objective ----
+
+    def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
+        config = sample_config(trial, self.space)
+        role = trial.user_attrs.get("role", "candidate")
+        trial.set_user_attr("role", role)
+        trial.set_user_attr("config", config.to_dict())
+        trial.set_user_attr("config_digest", config.digest)
+        self.progress.trial_started(trial.number, role, config.digest)
+        record = _Record(trial)
+        if role == "baseline":
+            return self._baseline(trial, config, record)
+        return self._candidate(trial, config, record)
+
+    def _candidate(self, trial: optuna.Trial, config: ServingConfig, record: _Record) -> tuple[float, float]:
+        duplicate = self._duplicate_of(trial, config.digest)
+        if duplicate is not None:
+            trial.set_user_attr("duplicate_of", duplicate)
+            record.reasons.append(f"same configuration as trial {duplicate}")
+            record.close("duplicate")
+            raise optuna.TrialPruned(f"duplicate of trial {duplicate}")
+        self._stage(record, "feasibility")  # first: it needs nothing but the checkpoint's headers
+        if not self._fits(trial, config, record):
+            record.close("infeasible")
+            return 0.0, 0.0
+        record.constraints["fits"] = OK
+        baseline = self._wait_for_baseline(trial)
+
+        try:
+            with self._server(trial, config) as server:
+                record.constraints["launch_ok"] = OK
+                self._stage(record, "bench")
+                bench = self._bench(trial, config, server)
+                if bench is None:
+                    record.fail("launch_ok", self._server_failure(server) or "the bench could not measure the server")
+                    record.close("crashed")
+                    return 0.0, 0.0
+                decode, prefill = objectives_from_bench(bench)
+                trial.set_user_attr("decode_tok_per_s", decode)
+                trial.set_user_attr("prefill_tok_per_s", prefill)
+                better = dominated_by(trial.study, (decode, prefill), margin_rel=self._dominance_margin(baseline))
+                if better is not None:
+                    record.reasons.append(f"clearly slower than trial {better} on both objectives")
+                    record.close("dominated")
+                    raise optuna.TrialPruned(f"dominated by trial {better}")
+
+                self._stage(record, "fidelity")
+                fidelity = measure_fidelity(server.url, baseline.reference, store=self.store, role="candidate",
+                                            label=self._label(trial, config))
+                self._measure(trial, config, "fidelity", {"measurement_id": fidelity.measurement_id,
+                                                          "metrics": fidelity.metrics})
+                gate = gate_candidate(self.store, model_manifest_hash=self.plan.model.manifest_hash,
+                                      candidate_label=self._label(trial, config), baseline_label=baseline.label,
+                                      policy=self.plan.gate_policy, floor=baseline.fidelity_floor,
+                                      candidate_fidelity=fidelity)
+                if not gate.decision.passed:
+                    return self._gated(trial, config, record, gate, decode, prefill)
+                record.constraints["fidelity"] = OK
+
+                self._stage(record, "tasks")
+                suite = self._suite(trial, config, server)
+                failure = self._server_failure(server)
+                if failure:  # the suite's requests died with the server: not the model's answers
+                    record.fail("launch_ok", failure)
+                    record.close("crashed")
+                    return 0.0, 0.0
+                gate = gate_candidate(self.store, model_manifest_hash=self.plan.model.manifest_hash,
+                                      candidate_label=self._label(trial, config), baseline_label=baseline.label,
+                                      policy=self.plan.gate_policy, floor=baseline.fidelity_floor,
+                                      candidate_fidelity=fidelity, baseline_suite=baseline.suite,
+                                      candidate_suite=suite)
+                return self._gated(trial, config, record, gate, decode, prefill)
+        except LaunchError as exc:
+            record.fail("launch_ok", f"{exc.reason}: {exc}")
+            trial.set_user_attr("failure", exc.reason)
+            trial.set_user_attr("log_tail", exc.log_tail[-3000:])
+            self._measure(trial, config, "launch", {"reason": exc.reason, "message": str(exc),
+                                                     "log_tail": exc.log_tail[-3000:]})
+            record.close(exc.reason)
+            return 0.0, 0.0
+
+    def _gated(self, trial, config, record: _Record, gate, decode: float, prefill: float) -> tuple[float, float]:
+        decision = gate.decision
+        self._measure(trial, config, "gate", {"decision_id": gate.decision_id, "passed": decision.passed,
+                                              "failed_stage": decision.failed_stage, "reasons": decision.reasons})
+        trial.set_user_attr("gate_decision_id", gate.decision_id)
+        if decision.passed:
+            record.constraints["fidelity"] = OK
+            record.constraints["tasks"] = OK
+            record.close("passed")
+        else:
+            for reason in decision.reasons:
+                record.reasons.append(reason)
+            if decision.failed_stage == "fidelity":
+                record.constraints["fidelity"] = VIOLATED
+            record.constraints["tasks"] = VIOLATED
+            record.close(f"gate_failed_{decision.failed_stage}")
+        return decode, prefill
+
+    def _dominance_margin(self, baseline: BaselineEvidence) -> float:
+        """Stop early only beyond the launch-to-launch noise: max(plan margin, 2x the worst speed floor)."""
+        floor = baseline.speed_floor
+        worst = max((v for k, v in (floor.rel_diff if floor else ()) if "_client@" in k), default=0.0)
+        return max(self.plan.dominated_margin_rel, 2.0 * worst)
+
+    # ---- the baseline ----
+
+    def _baseline(self, trial: optuna.Trial, config: ServingConfig, record: _Record) -> tuple[float, float]:
+        label = f"{self.plan.study_name}:baseline"
+        record.constraints["fits"] = OK
+        self._stage(record, "launch")
+        with self._server(trial, config, launch=0) as server:
+            record.constraints["launch_ok"] = OK
+            self._stage(record, "reference")
+            try:
+                reference = self.store.load_reference(self.plan.model.manifest_hash, self.probe_set.digest)
+            except MissingReference:
+                reference = capture_reference(server.url, self.probe_set, store=self.store,
+                                              model_manifest_hash=self.plan.model.manifest_hash, label=label)
+            self._stage(record, "bench")
+            bench = self._bench(trial, config, server, launch=0)
+            if bench is None:
+                raise RuntimeError(f"the baseline could not be measured: {self._server_failure(server)}")
+            self._stage(record, "tasks")
+            suite = self._suite(trial, config, server)
+        self._stage(record, "noise floor")
+        with self._server(trial, config, launch=1) as server:
+            floor = measure_fidelity(server.url, reference, store=self.store, role="noise_floor", label=label + "#2")
+            bench2 = self._bench(trial, config, server, launch=1)
+        speed_floor = noise_floor(bench.samples(), bench2.samples()) if bench2 else None
+        evidence = BaselineEvidence(label=label, reference=reference, fidelity_floor=floor, suite=suite,
+                                    bench=bench, speed_floor=speed_floor, trial_number=trial.number)
+        save_baseline(trial.study, evidence)
+        self._measure(trial, config, "fidelity", {"measurement_id": floor.measurement_id, "metrics": floor.metrics,
+                                                  "role": "noise_floor"})
+        decode, prefill = objectives_from_bench(bench)
+        trial.set_user_attr("decode_tok_per_s", decode)
+        trial.set_user_attr("prefill_tok_per_s", prefill)
+        record.constraints.update(fidelity=OK, tasks=OK)
+        record.close("baseline")
+        return decode, prefill
+
+    def _wait_for_baseline(self, trial: optuna.Trial) -> BaselineEvidence:
+        """Candidates are judged against the baseline's evidence; another worker may still be making it."""
+        self._stage_name(trial, "waiting for the baseline")
+        study = trial.study
+        while True:
+            evidence = load_baseline(study, self.store, self.db, self.plan.study_name)
+            if evidence is not None:
+                return evidence
+            optuna.storages.fail_stale_trials(study)  # a baseline whose worker was killed is retried
+            states = {t.state for t in study.get_trials(deepcopy=False) if t.user_attrs.get("role") == "baseline"}
+            if optuna.trial.TrialState.RUNNING not in states:
+                if optuna.trial.TrialState.WAITING not in states:
+                    study.enqueue_trial(baseline_params(self.space), user_attrs={"role": "baseline"})
+                study.enqueue_trial(trial.params, user_attrs={"role": "candidate", "deferred_from": trial.number})
+                raise BaselineNotReady(f"trial {trial.number} deferred: the baseline must run first")
+            time.sleep(2.0)  # another worker is measuring the baseline
+
+    # ---- stages ----
+
+    def _stage(self, record: _Record, name: str) -> None:
+        record.stage(name)
+        self.progress.stage(name)
+
+    def _stage_name(self, trial: optuna.Trial, name: str) -> None:
+        trial.set_user_attr("stage", name)
+        self.progress.stage(name)
+
+    def _fits(self, trial: optuna.Trial, config: ServingConfig, record: _Record) -> bool:
+        if self.memory is None or self.plan.vram_bytes is None:
+            record.constraints["fits"] = OK
+            return True
+        estimate = self.memory.estimate(config)
+        calibration = self._calibration()
+        check = check_fit(estimate, Budget(vram_bytes=self.plan.vram_bytes), calibration)
+        trial.set_user_attr("predicted_peak_bytes", estimate.peak_bytes)
+        trial.set_user_attr("predicted_peak_calibrated_bytes", check.predicted_peak_bytes)
+        if check.fits:
+            return True
+        record.fail("fits", f"predicted peak {check.predicted_peak_bytes / 2**30:.2f} GiB exceeds the usable "
+                            f"{check.budget.usable_bytes / 2**30:.2f} GiB of the {self.plan.vram_bytes / 2**30:.2f} GiB "
+                            "budget (not launched)")
+        record.constraints["fits"] = max(VIOLATED, check.excess_bytes / self.plan.vram_bytes)
+        trial.set_user_attr("failure", "infeasible")
+        return False
+
+    def _calibration(self) -> Calibration | None:
+        rows = self.db.measurements(study=self.plan.study_name, kind="memory")
+        observations = [MemoryObservation(predicted_peak_bytes=r["payload"]["predicted_peak_bytes"],
+                                          measured_peak_bytes=r["payload"]["measured_peak_bytes"])
+                        for r in rows if r["payload"].get("measured_peak_bytes")]
+        return Calibration.fit(observations) if observations else None
+
+    def _server(self, trial: optuna.Trial, config: ServingConfig, launch: int = 0):
+        self._stage_name(trial, "launch")
+        study_dir = self.plan.study_dir
+        log_path = study_dir / "logs" / f"trial-{trial.number:04d}-{config.digest[:12]}-{launch}.log"
+        return serve(model_dir=self.plan.model.path, config=config, log_path=log_path, pid_dir=study_dir / "servers",
+                     port=self.plan.port, vram_limit_bytes=self.plan.vram_bytes if self.plan.emulate_vram else None,
+                     host_memory_limit_bytes=self.plan.host_memory_limit_bytes,
+                     startup_timeout_s=self.plan.startup_timeout_s)
+
+    def _bench(self, trial: optuna.Trial, config: ServingConfig, server, launch: int = 0) -> BenchResult | None:
+        try:
+            result = run_bench(self.plan.bench_plan, Endpoint(url=server.url))
+        except BenchError as exc:
+            log.warning("bench failed on trial %d: %s", trial.number, exc)
+            self._measure(trial, config, "bench_error", {"error": str(exc)}, launch=launch)
+            return None
+        self._measure(trial, config, "bench", result.to_dict(), launch=launch)
+        self._provenance(trial, config, server, result)
+        if self.memory is not None:
+            peak = _server_peak(server)  # the engine's own peak, after the bench's longest prompts
+            if peak:
+                estimate = self.memory.estimate(config)
+                self._measure(trial, config, "memory", {"predicted_peak_bytes": estimate.peak_bytes,
+                                                        "measured_peak_bytes": peak}, launch=launch)
+                trial.set_user_attr("measured_peak_bytes", peak)
+        return result
+
+    def _suite(self, trial: optuna.Trial, config: ServingConfig, server):
+        run_dir = self.plan.study_dir / "suites" / f"trial-{trial.number:04d}-{config.digest[:12]}"
+        endpoint = EvalEndpoint(base_url=server.url, model=_served_model(server))
+        try:
+            result = run_suite(self.suite, endpoint, store=self.store, label=self._label(trial, config),
+                               model_manifest_hash=self.plan.model.manifest_hash,
+                               overrides=SuiteOverrides(**self.plan.suite_overrides), run_dir=run_dir)
+        except EvalError:
+            raise  # missing data or environments: the whole run cannot gate, say so and stop
+        self._measure(trial, config, "suite", {"suite_run_id": result.suite_run_id, "suite": result.suite,
+                                               "tasksets": result.tasksets})
+        return result
+
+    def _provenance(self, trial, config: ServingConfig, server, bench: BenchResult) -> None:
+        details = collect_provenance(server_url=server.url, bench=bench)
+        self.db.add_provenance(study=self.plan.study_name, trial=trial.number, config_digest=config.digest,
+                               model_manifest_hash=self.plan.model.manifest_hash, engine=config.engine,
+                               details=details)
+
+    def _measure(self, trial, config: ServingConfig, kind: str, payload: dict, launch: int = 0) -> None:
+        self.db.add_measurement(study=self.plan.study_name, trial=trial.number, kind=kind,
+                                config_digest=config.digest, payload=_jsonable(payload), launch=launch)
+
+    def _server_failure(self, server) -> str | None:
+        failure = server.check()
+        return f"{failure.reason}: {failure}" if failure else None
+
+    def _label(self, trial, config: ServingConfig) -> str:
+        return f"{self.plan.study_name}:trial-{trial.number}:{config.digest[:12]}"
+
+    def _duplicate_of(self, trial: optuna.Trial, digest: str) -> int | None:
+        for other in trial.study.get_trials(deepcopy=False):
+            if other.number != trial.number and other.user_attrs.get("config_digest") == digest and \
+                    other.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING):
+                return other.number
+        return None
+
+
+def _served_model(server) -> str:
+    import httpx
+
+    return httpx.get(server.url + "/v1/models", timeout=30).json()["data"][0]["id"]
+
+
+def _server_peak(server) -> int | None:
+    import httpx
+
+    try:
+        return httpx.get(server.url + "/v1/server_info", timeout=30).json().get("vram_peak_bytes")
+    except httpx.HTTPError:
+        return None
+
+
+def _jsonable(value):
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Path):
+        return str(value)
+    return value
+

@@ -44,7 +44,7 @@ class CompletionsClient:
 
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 900.0):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.base_url = base_url.rstrip("/")
+        self.base_url = base_url.rstrip("/").removesuffix("/v1")  # the server root; paths add /v1
         self._http = httpx.Client(
             base_url=self.base_url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=10.0)
         )

@@ -279,7 +279,7 @@ def _provenance(locks: Locks, endpoint: Endpoint, overrides: SuiteOverrides) -> 
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             versions[dist] = None
-    with CompletionsClient(endpoint.base_url.removesuffix("/v1"), api_key=endpoint.api_key) as client:
+    with CompletionsClient(endpoint.base_url, api_key=endpoint.api_key) as client:
         server = client.server_info()
     return {
         "versions": versions,

@@ -15,7 +15,8 @@ from eval.plugins import register_plugins
 from eval.tasksets.package_data import verified_package_dir
 
 
-def _tasks(taskset: dict, limit: int):
+def load_offline_tasks(taskset: dict, limit: int):
+    """The first `limit` tasks of an offline taskset, loaded through verifiers (also used by other tests)."""
     from verifiers.v1.configs.select import SelectConfig
     from verifiers.v1.utils.loaders import load_taskset, taskset_config_type
 
@@ -34,7 +35,7 @@ def _score(task, reply: str) -> float:
 
 
 def test_mmath_aime_2025_i_loads_with_durable_keys_and_mmaths_prompt():
-    tasks = _tasks({"id": "eval-mmath", "data_source": "AIME2025"}, limit=20)
+    tasks = load_offline_tasks({"id": "eval-mmath", "data_source": "AIME2025"}, limit=20)
     assert len(tasks) == 15  # the first 2025 paper
     first = tasks[0]
     assert first.key == "mmath:AIME2025:0" and first.data.answer == "70"
@@ -42,7 +43,7 @@ def test_mmath_aime_2025_i_loads_with_durable_keys_and_mmaths_prompt():
 
 
 def test_mmath_scoring_is_math_verify_on_the_extracted_answer():
-    task = _tasks({"id": "eval-mmath", "data_source": "MATH500"}, limit=1)[0]
+    task = load_offline_tasks({"id": "eval-mmath", "data_source": "MATH500"}, limit=1)[0]
     gold = task.data.answer
     assert _score(task, f"Working... so the answer is \\boxed{{{gold}}}.") == 1.0
     assert _score(task, "\\boxed{-12345}") == 0.0
@@ -50,11 +51,11 @@ def test_mmath_scoring_is_math_verify_on_the_extracted_answer():
 
 
 def test_reasoning_gym_logic_is_generated_at_fixed_seeds_and_scored_by_its_generators():
-    tasks = _tasks({"id": "eval-logic", "seed": 3, "size_per_generator": 2}, limit=6)
+    tasks = load_offline_tasks({"id": "eval-logic", "seed": 3, "size_per_generator": 2}, limit=6)
     assert [t.data.generator for t in tasks] == ["knights_knaves", "syllogism", "zebra_puzzles"] * 2
-    again = _tasks({"id": "eval-logic", "seed": 3, "size_per_generator": 2}, limit=6)
+    again = load_offline_tasks({"id": "eval-logic", "seed": 3, "size_per_generator": 2}, limit=6)
     assert [t.data.prompt for t in tasks] == [t.data.prompt for t in again]
-    other_seed = _tasks({"id": "eval-logic", "seed": 4, "size_per_generator": 2}, limit=6)
+    other_seed = load_offline_tasks({"id": "eval-logic", "seed": 4, "size_per_generator": 2}, limit=6)
     assert [t.data.prompt for t in tasks] != [t.data.prompt for t in other_seed]
     for task in tasks:
         assert "<answer>" in task.data.system_prompt

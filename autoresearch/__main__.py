@@ -32,8 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("command", nargs="?", default="run", choices=["run", "export", "report"])
     parser.add_argument("--model", help="model folder, or a Hub id with revision (org/repo@rev); "
                         "absent: the embedded tiny synthetic model on the CPU engine")
-    parser.add_argument("--suite", help="task suite: offline, smoke, broad, quick, full "
-                        "(default: offline for the embedded default, broad with --model)")
+    parser.add_argument("--suite", help="task suite: offline, smoke, broad, quick, full, or none (gate on fidelity "
+                        "only) (default: offline for the embedded default, broad with --model)")
+    parser.add_argument("--enqueue", action="append", default=[], metavar="KNOB=VALUE[,KNOB=VALUE]",
+                        help="try this change of the baseline early (repeatable), e.g. --enqueue max_chunk_size=4096")
     parser.add_argument("--engine", choices=["exllamav3", "transformers"],
                         help="default: exllamav3 with --model, transformers for the embedded default")
     parser.add_argument("--trials", type=int, help="total trials in the study, baseline included (embedded default: 6)")
@@ -53,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="hold a knob fixed (JSON value), e.g. --pin cache_tokens=32768")
     parser.add_argument("--suite-limit", type=int, help="tasks per taskset (shrink a suite)")
     parser.add_argument("--suite-max-tokens", type=int, help="max output tokens per call in every taskset")
+    parser.add_argument("--bench-prefill", help="prefill ladder, token counts, e.g. 8192 (default: 8192 on GPU)")
+    parser.add_argument("--bench-decode", help="decode contexts, e.g. 1024,8192 (default on GPU)")
+    parser.add_argument("--bench-decode-tokens", type=int, help="tokens per decode run (default 128 on GPU)")
+    parser.add_argument("--bench-max-repeats", type=int, help="measured runs per point at most (default 6 on GPU)")
     parser.add_argument("--finalists", type=int, default=2)
     parser.add_argument("--finalist-launches", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
@@ -77,14 +83,14 @@ def setup_logging(verbose: bool) -> None:
 
 def make_plan(args: argparse.Namespace):
     from autoresearch.model_source import resolve_model
-    from autoresearch.plan import RunPlan, default_bench_plan, default_probe_config, study_name_for
+    from autoresearch.plan import RunPlan, default_probe_config, study_name_for
     from search_space import gpu_memory_bytes, parse_bytes
 
     cache_dir = Path(os.environ.get("AUTORESEARCH_CACHE", Path.home() / ".cache" / "exl3-autoresearch"))
     model = resolve_model(args.model, locks_dir=Path("locks"), cache_dir=cache_dir)
     engine = args.engine or ("transformers" if model.is_embedded else "exllamav3")
     suite = args.suite or ("offline" if model.is_embedded else "broad")
-    if model.is_embedded and suite not in ("offline",):
+    if model.is_embedded and suite not in ("offline", "none"):
         raise PlanError(f"the embedded default runs the offline suite; --suite {suite} needs a real model (--model) "
                         "and, for AIME/LiveCodeBench, Docker")
     if model.is_embedded and engine != "transformers":
@@ -101,15 +107,8 @@ def make_plan(args: argparse.Namespace):
             raise PlanError("no GPU found to read the VRAM budget from; pass --vram (e.g. 24GiB)")
     elif args.vram:
         raise PlanError("--vram applies to the exllamav3 engine only")
-    pinned = {}
-    for item in args.pin:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise PlanError(f"--pin {item!r}: write KNOB=VALUE")
-        try:
-            pinned[name] = json.loads(value)
-        except json.JSONDecodeError:
-            pinned[name] = value
+    pinned = _assignments(args.pin, "--pin")
+    enqueued = tuple(_assignments(item.split(","), "--enqueue") for item in args.enqueue)
     overrides = {}
     if args.suite_limit is not None:
         overrides["limit"] = args.suite_limit
@@ -121,14 +120,53 @@ def make_plan(args: argparse.Namespace):
     return RunPlan(
         model=model, engine=engine, suite=suite,
         study_name=args.study or study_name_for(suite, engine, model.manifest_hash),
-        storage_url=args.storage, workdir=args.workdir, results_md=args.results_md, trials=trials, hours=args.hours,
+        storage_url=args.storage, workdir=args.workdir.resolve(), results_md=args.results_md.resolve(), trials=trials, hours=args.hours,
         vram_bytes=vram, emulate_vram=args.emulate_vram,
         host_memory_limit_bytes=parse_bytes(args.host_memory_limit) if args.host_memory_limit else None, port=args.port, seed=args.seed,
-        bench_plan=default_bench_plan(engine), probe_config=default_probe_config(engine), suite_overrides=overrides,
-        pinned=pinned, finalists=args.finalists, finalist_launches=args.finalist_launches,
+        bench_plan=_bench_plan(engine, args), probe_config=default_probe_config(engine), suite_overrides=overrides,
+        pinned=pinned, enqueued=enqueued, finalists=args.finalists, finalist_launches=args.finalist_launches,
         heartbeat_s=args.heartbeat, grace_s=args.grace,
         startup_timeout_s=300.0 if engine == "transformers" else 900.0,
     )
+
+
+def _bench_plan(engine: str, args: argparse.Namespace):
+    import dataclasses
+
+    from autoresearch.plan import default_bench_plan
+
+    plan = default_bench_plan(engine)
+    changes = {}
+    for flag, field in (("bench_prefill", "prefill_tokens"), ("bench_decode", "decode_context_tokens")):
+        value = getattr(args, flag)
+        if value is not None:
+            try:
+                changes[field] = tuple(int(x) for x in value.split(",") if x.strip())
+            except ValueError as exc:
+                raise PlanError(f"--{flag.replace('_', '-')} {value!r}: write token counts like 1024,8192") from exc
+    if args.bench_decode_tokens is not None:
+        changes["decode_tokens"] = args.bench_decode_tokens
+    if args.bench_max_repeats is not None:
+        changes["max_repeats"] = args.bench_max_repeats
+        changes["min_repeats"] = min(plan.min_repeats, args.bench_max_repeats)
+    try:
+        return dataclasses.replace(plan, **changes)
+    except ValueError as exc:  # BenchConfigError names the field
+        raise PlanError(str(exc)) from exc
+
+
+def _assignments(items, flag: str) -> dict:
+    """KNOB=VALUE items; VALUE is JSON where it parses (4096, true, "x"), else a string."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise PlanError(f"{flag} {item!r}: write KNOB=VALUE")
+        try:
+            out[name] = json.loads(value)
+        except json.JSONDecodeError:
+            out[name] = value
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

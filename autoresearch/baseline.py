@@ -24,7 +24,7 @@ class BaselineEvidence:
     label: str
     reference: Reference
     fidelity_floor: FidelityMeasurement
-    suite: SuiteResult
+    suite: SuiteResult | None  # None when the run gates on fidelity only
     bench: BenchResult
     speed_floor: NoiseFloor | None
     trial_number: int
@@ -37,7 +37,7 @@ def save_baseline(study: optuna.Study, evidence: BaselineEvidence) -> None:
         "reference_model": evidence.reference.model_manifest_hash,
         "reference_probes": evidence.reference.probe_set_digest,
         "floor_measurement_id": evidence.fidelity_floor.measurement_id,
-        "suite_run_id": evidence.suite.suite_run_id,
+        "suite_run_id": evidence.suite.suite_run_id if evidence.suite else None,
         "trial": evidence.trial_number,
         "speed_floor": evidence.speed_floor.to_dict() if evidence.speed_floor else None,
     })
@@ -55,5 +55,5 @@ def load_baseline(study: optuna.Study, store: EvalStore, db: ResultsDB, study_na
     floor = FidelityMeasurement(measurement_id=data["floor_measurement_id"], role="noise_floor",
                                 label=data["label"] + "#2", metrics=floor_metrics, per_probe=(), elapsed_s=0.0)
     return BaselineEvidence(label=data["label"], reference=reference, fidelity_floor=floor,
-                            suite=store.load_suite_result(data["suite_run_id"]), bench=bench, speed_floor=speed_floor,
+                            suite=store.load_suite_result(data["suite_run_id"]) if data["suite_run_id"] else None, bench=bench, speed_floor=speed_floor,
                             trial_number=data["trial"])

@@ -32,6 +32,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 
+from eval.store import create_tables
+
 __all__ = ["ResultsDB", "make_engine"]
 
 metadata = MetaData()
@@ -102,7 +104,7 @@ class ResultsDB:
     def __init__(self, url: str):
         self.url = url
         self.engine = make_engine(url)
-        metadata.create_all(self.engine)
+        create_tables(metadata, self.engine)
 
     def add_measurement(self, *, study: str, trial: int | None, kind: str, config_digest: str,
                         payload: dict[str, Any], launch: int = 0) -> int:

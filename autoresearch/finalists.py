@@ -9,7 +9,9 @@ on none, ranked by the geometric mean of its two speed-ups. If none qualifies, t
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import secrets
 from dataclasses import dataclass
 
 import optuna
@@ -87,7 +89,8 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
                            vram_limit_bytes=plan.vram_bytes if plan.emulate_vram else None,
                            host_memory_limit_bytes=plan.host_memory_limit_bytes,
                            startup_timeout_s=plan.startup_timeout_s) as server:
-                    result = run_bench(plan.bench_plan, Endpoint(url=server.url))
+                    bench_plan = dataclasses.replace(plan.bench_plan, salt=secrets.token_hex(4))
+                    result = run_bench(bench_plan, Endpoint(url=server.url))
             except (LaunchError, BenchError) as exc:
                 log.warning("finalist trial %d launch %d failed: %s", t.number, launch, exc)
                 continue

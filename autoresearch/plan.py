@@ -34,7 +34,8 @@ def default_bench_plan(engine: str) -> BenchPlan:
 def default_probe_config(engine: str) -> ProbeSetConfig:
     if engine == "transformers":
         return ProbeSetConfig(continuation_tokens=16, long_context_tokens=(512,), long_continuation_tokens=8)
-    return ProbeSetConfig()
+    # The longest probe must fit the smallest cache a study allows (pin cache_tokens to the workload's).
+    return ProbeSetConfig(long_context_tokens=(4000, 11000))  # nominal; ~10K and ~27K tokens of a synthetic tokenizer
 
 
 def study_name_for(suite: str, engine: str, manifest_hash: str) -> str:
@@ -63,6 +64,7 @@ class RunPlan:
     gate_policy: GatePolicy = field(default_factory=GatePolicy)
     suite_overrides: dict = field(default_factory=dict)  # e.g. {"limit": 2, "max_tokens": 64} for the offline suite
     pinned: dict = field(default_factory=dict)  # knobs held fixed, e.g. {"cache_tokens": 32768}
+    enqueued: tuple = ()  # baseline changes to try first, e.g. ({"max_chunk_size": 4096},)
     dominated_margin_rel: float = 0.05  # stop a trial this much slower than a front member on both objectives
     finalists: int = 2
     finalist_launches: int = 2

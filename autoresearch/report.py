@@ -37,7 +37,10 @@ def _ratio(x: float | None, base: float | None) -> str:
 
 
 def _plot(study: optuna.Study, baseline, path: Path) -> bool:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # the report stays complete without its picture
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -97,6 +100,8 @@ def write_report(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalS
         f"(`optuna-dashboard {plan.storage_url}` shows the same study). Model **{plan.model.name}** "
         f"(`{plan.model.source}`, manifest `{plan.model.manifest_hash[:16]}`), engine **{plan.engine}**, "
         f"suite **{plan.suite}**. Objectives: client-side decode and prefill tok/s (bench geometric means).",
+        *(["", "**The task tier did not run (`--suite none`): candidates were gated on fidelity alone.**"]
+          if plan.suite == "none" else []),
         "",
         "## Champion",
         "",

@@ -9,11 +9,13 @@ the same parameters, so nothing the study decided is lost.
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 
 import optuna
+import sqlalchemy
 
-from autoresearch.errors import StudyError
+from autoresearch.errors import PlanError, StudyError
 from autoresearch.plan import OBJECTIVES, RunPlan
 from search_space import SearchSpace, baseline_params
 
@@ -29,21 +31,27 @@ def constraints_of(trial: optuna.trial.FrozenTrial) -> list[float]:
 
 def _storage(plan: RunPlan) -> optuna.storages.RDBStorage:
     kwargs = {"connect_args": {"timeout": 60}} if plan.storage_url.startswith("sqlite") else {"pool_pre_ping": True}
-    return optuna.storages.RDBStorage(
-        plan.storage_url,
-        engine_kwargs=kwargs,
-        heartbeat_interval=plan.heartbeat_s,
-        grace_period=plan.grace_s,
-        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
-    )
+    for attempt in range(5):  # workers starting together race to create Optuna's schema
+        try:
+            return optuna.storages.RDBStorage(
+                plan.storage_url,
+                engine_kwargs=kwargs,
+                heartbeat_interval=plan.heartbeat_s,
+                grace_period=plan.grace_s,
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
+            )
+        except sqlalchemy.exc.SQLAlchemyError:
+            if attempt == 4:
+                raise
+            time.sleep(0.5 + attempt)
+    raise AssertionError("unreachable")
 
 
 def open_study(plan: RunPlan, space: SearchSpace) -> optuna.Study:
-    storage = _storage(plan)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat, metric names
         warnings.simplefilter("ignore", FutureWarning)  # constraints_func: the dashboard still needs it
-        study = optuna.create_study(study_name=plan.study_name, storage=storage, load_if_exists=True,
+        study = optuna.create_study(study_name=plan.study_name, storage=_storage(plan), load_if_exists=True,
                                     directions=["maximize", "maximize"])
         if tuple(d.name for d in study.directions) != ("MAXIMIZE", "MAXIMIZE"):
             raise StudyError(f"study {plan.study_name} has directions {study.directions}; this loop maximizes "
@@ -70,4 +78,25 @@ def open_study(plan: RunPlan, space: SearchSpace) -> optuna.Study:
         )
     if not any(t.user_attrs.get("role") == "baseline" for t in study.get_trials(deepcopy=False)):
         study.enqueue_trial(baseline_params(space), user_attrs={"role": "baseline"}, skip_if_exists=True)
+    for changes in plan.enqueued:
+        params = params_with(space, changes)
+        study.enqueue_trial(params, user_attrs={"role": "candidate", "enqueued": True}, skip_if_exists=True)
     return study
+
+
+def params_with(space: SearchSpace, changes: dict) -> dict:
+    """Baseline parameters with `changes` applied, checked by rebuilding the configuration."""
+    from search_space import config_from_params
+
+    params = baseline_params(space)
+    unknown = sorted(set(changes) - {k.name for k in space.knobs})
+    if unknown:
+        raise PlanError(f"--enqueue: {', '.join(unknown)} is not a knob of this search space; "
+                        f"knobs: {', '.join(k.name for k in space.knobs)}")
+    for name, value in changes.items():
+        params[name] = space.knob(name).domain.to_param(value)
+    try:
+        config_from_params(space, params)
+    except Exception as exc:
+        raise PlanError(f"--enqueue {changes}: {exc}") from exc
+    return params

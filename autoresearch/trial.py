@@ -12,8 +12,12 @@ fidelity) that every candidate is judged against.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+import os
+import secrets
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +48,7 @@ from eval import (
     measure_fidelity,
     run_suite,
 )
-from eval.errors import EvalError
+from eval.errors import EvalError, TasksetRunError
 from search_space import (
     Calibration,
     MemoryModel,
@@ -106,7 +110,9 @@ class TrialRunner:
         self.store = store
         self.progress = progress
         self.probe_set = build_probe_set(plan.probe_config)
-        self.suite = apply_overrides(get_suite(plan.suite), SuiteOverrides(**plan.suite_overrides))
+        # suite "none": the gate is fidelity alone (say, where verifiers cannot be installed); RESULTS.md says so
+        self.suite = None if plan.suite == "none" else apply_overrides(get_suite(plan.suite),
+                                                                         SuiteOverrides(**plan.suite_overrides))
         self.memory = MemoryModel(space.context.model) if plan.engine == "exllamav3" else None
 
     # ---- the objective ----
@@ -115,11 +121,18 @@ class TrialRunner:
         config = sample_config(trial, self.space)
         role = trial.user_attrs.get("role", "candidate")
         trial.set_user_attr("role", role)
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
         trial.set_user_attr("config", config.to_dict())
         trial.set_user_attr("config_digest", config.digest)
         self.progress.trial_started(trial.number, role, config.digest)
         record = _Record(trial)
         if role == "baseline":
+            first = self._earlier_baseline(trial)
+            if first is not None:  # two workers starting together both enqueue one
+                trial.set_user_attr("duplicate_of", first)
+                record.reasons.append(f"trial {first} is already the baseline")
+                record.close("duplicate")
+                raise optuna.TrialPruned(f"duplicate of baseline trial {first}")
             return self._baseline(trial, config, record)
         return self._candidate(trial, config, record)
 
@@ -156,8 +169,13 @@ class TrialRunner:
                     raise optuna.TrialPruned(f"dominated by trial {better}")
 
                 self._stage(record, "fidelity")
-                fidelity = measure_fidelity(server.url, baseline.reference, store=self.store, role="candidate",
-                                            label=self._label(trial, config))
+                try:
+                    fidelity = measure_fidelity(server.url, baseline.reference, store=self.store, role="candidate",
+                                                label=self._label(trial, config))
+                except EvalError as exc:  # e.g. a context too small for the probes: this config cannot serve them
+                    record.fail("fidelity", f"fidelity could not be measured: {exc}")
+                    record.close("fidelity_error")
+                    return decode, prefill
                 self._measure(trial, config, "fidelity", {"measurement_id": fidelity.measurement_id,
                                                           "metrics": fidelity.metrics})
                 gate = gate_candidate(self.store, model_manifest_hash=self.plan.model.manifest_hash,
@@ -168,8 +186,17 @@ class TrialRunner:
                     return self._gated(trial, config, record, gate, decode, prefill)
                 record.constraints["fidelity"] = OK
 
+                if self.suite is None:
+                    record.constraints["tasks"] = OK
+                    record.reasons.append("task suite not run (--suite none): gated on fidelity only")
+                    return self._gated(trial, config, record, gate, decode, prefill)
                 self._stage(record, "tasks")
-                suite = self._suite(trial, config, server)
+                try:
+                    suite = self._suite(trial, config, server)
+                except TasksetRunError:
+                    if self._server_failure(server) is None:
+                        raise  # the evaluator itself broke: stop and say so
+                    suite = None
                 failure = self._server_failure(server)
                 if failure:  # the suite's requests died with the server: not the model's answers
                     record.fail("launch_ok", failure)
@@ -232,8 +259,10 @@ class TrialRunner:
             bench = self._bench(trial, config, server, launch=0)
             if bench is None:
                 raise RuntimeError(f"the baseline could not be measured: {self._server_failure(server)}")
-            self._stage(record, "tasks")
-            suite = self._suite(trial, config, server)
+            suite = None
+            if self.suite is not None:
+                self._stage(record, "tasks")
+                suite = self._suite(trial, config, server)
         self._stage(record, "noise floor")
         with self._server(trial, config, launch=1) as server:
             floor = measure_fidelity(server.url, reference, store=self.store, role="noise_floor", label=label + "#2")
@@ -314,7 +343,9 @@ class TrialRunner:
 
     def _bench(self, trial: optuna.Trial, config: ServingConfig, server, launch: int = 0) -> BenchResult | None:
         try:
-            result = run_bench(self.plan.bench_plan, Endpoint(url=server.url))
+            # a fresh salt per run: no prompt of an earlier run may be found in any cache
+            plan = dataclasses.replace(self.plan.bench_plan, salt=secrets.token_hex(4))
+            result = run_bench(plan, Endpoint(url=server.url))
         except BenchError as exc:
             log.warning("bench failed on trial %d: %s", trial.number, exc)
             self._measure(trial, config, "bench_error", {"error": str(exc)}, launch=launch)
@@ -331,7 +362,7 @@ class TrialRunner:
         return result
 
     def _suite(self, trial: optuna.Trial, config: ServingConfig, server):
-        run_dir = self.plan.study_dir / "suites" / f"trial-{trial.number:04d}-{config.digest[:12]}"
+        run_dir = (self.plan.study_dir / "suites" / f"trial-{trial.number:04d}-{config.digest[:12]}").resolve()
         endpoint = EvalEndpoint(base_url=server.url, model=_served_model(server))
         try:
             result = run_suite(self.suite, endpoint, store=self.store, label=self._label(trial, config),
@@ -359,6 +390,13 @@ class TrialRunner:
 
     def _label(self, trial, config: ServingConfig) -> str:
         return f"{self.plan.study_name}:trial-{trial.number}:{config.digest[:12]}"
+
+    def _earlier_baseline(self, trial: optuna.Trial) -> int | None:
+        live = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
+        for other in trial.study.get_trials(deepcopy=False, states=live):
+            if other.number < trial.number and other.user_attrs.get("role") == "baseline":
+                return other.number
+        return None
 
     def _duplicate_of(self, trial: optuna.Trial, digest: str) -> int | None:
         for other in trial.study.get_trials(deepcopy=False):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import time
 import zlib
 from collections.abc import Mapping
 from typing import Any
@@ -203,6 +204,18 @@ def _metrics_from_row(row: Any) -> FidelityMetrics:
     )
 
 
+def create_tables(meta: sa.MetaData, engine: Engine, attempts: int = 5) -> None:
+    """create_all, tolerating a concurrent creator: workers sharing one PostgreSQL start together."""
+    for attempt in range(attempts):
+        try:
+            meta.create_all(engine)
+            return
+        except (sa.exc.IntegrityError, sa.exc.ProgrammingError, sa.exc.OperationalError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5 + attempt)  # the other worker's CREATE commits; checkfirst then sees it
+
+
 class EvalStore:
     """The eval tables in one database. Creates them (only them) on first use."""
 
@@ -212,7 +225,7 @@ class EvalStore:
         else:
             connect_args = {"timeout": 60} if str(url_or_engine).startswith("sqlite") else {}
             self.engine = sa.create_engine(url_or_engine, connect_args=connect_args)
-        metadata.create_all(self.engine)
+        create_tables(metadata, self.engine)
 
     def close(self) -> None:
         self.engine.dispose()

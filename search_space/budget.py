@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from dataclasses import dataclass
 
 from search_space.calibration import Calibration
 from search_space.errors import BudgetError, DoesNotFit
 from search_space.memory import MemoryEstimate
+from serving import units
+from serving.errors import ConfigError
 
 __all__ = ["DEFAULT_RESERVE_BYTES", "Budget", "FitCheck", "check_fit", "gpu_memory_bytes", "parse_bytes",
            "require_fit", "resolve_vram_bytes"]
@@ -30,28 +31,19 @@ log = logging.getLogger(__name__)
 # exllamav3's own default load reserve (Model.load reserve_per_device=0.5 GB).
 DEFAULT_RESERVE_BYTES = 512 * 1024**2
 
-_UNITS = {
-    "b": 1, "": 1,
-    "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
-    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
-}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-
-
 def parse_bytes(text: str) -> int:
-    """'24GiB' -> 25769803776. Binary (KiB, MiB, GiB, TiB) and decimal (kB, MB, GB, TB) units, or bytes.
+    """'24GiB' -> 25769803776 (serving.units' reading: binary and decimal units, or bytes), positive.
 
     Raises:
-        BudgetError: the text is not a number with one of those units.
+        BudgetError: the text is not a positive size.
     """
-    match = _SIZE.match(text)
-    unit = match.group(2).lower() if match else ""
-    if not match or unit not in _UNITS:
-        raise BudgetError(f"cannot read {text!r} as a size; write e.g. 24GiB, 23.5GiB, 24000MB or a byte count")
-    value = float(match.group(1)) * _UNITS[unit]
+    try:
+        value = units.parse_bytes(text)
+    except ConfigError as exc:
+        raise BudgetError(f"cannot read {text!r} as a size; write e.g. 24GiB, 23.5GiB, 24000MB or a byte count") from exc
     if value <= 0:
         raise BudgetError(f"a VRAM budget must be positive, got {text!r}")
-    return int(value)
+    return value
 
 
 def gpu_memory_bytes() -> int | None:

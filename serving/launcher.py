@@ -38,7 +38,7 @@ from serving.errors import (
     StartupTimeout,
 )
 
-__all__ = ["LaunchSpec", "ServerProcess", "classify_failure", "free_port", "launch"]
+__all__ = ["LaunchSpec", "ServerProcess", "classify_failure", "free_port", "launch", "start"]
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +152,17 @@ class ServerProcess:
 
 def launch(spec: LaunchSpec) -> ServerProcess:
     """Start and wait until healthy. Raises a LaunchError subclass; the process is gone by then."""
+    server = start(spec)
+    try:
+        server.wait_ready()
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def start(spec: LaunchSpec) -> ServerProcess:
+    """Spawn the server without waiting for it (call `wait_ready`); raises PortInUse before spawning."""
     if not port_is_free(spec.host, spec.port):
         raise PortInUse(f"port {spec.port} on {spec.host} is already in use; stop whatever listens there "
                         "or choose another --port")
@@ -175,13 +186,7 @@ def launch(spec: LaunchSpec) -> ServerProcess:
                                    preexec_fn=_limit_memory(spec.host_memory_limit_bytes))
     finally:
         log_file.close()
-    server = ServerProcess(spec, process, gpu_baseline)
-    try:
-        server.wait_ready()
-    except BaseException:
-        server.stop()
-        raise
-    return server
+    return ServerProcess(spec, process, gpu_baseline)
 
 
 def classify_failure(log_tail: str, exit_code: int | None, *, during_load: bool) -> LaunchError:

@@ -167,8 +167,12 @@ def _shards(schema: dict[str, TensorSpec], max_bytes: int) -> Iterator[list[str]
 
 
 def write_exl3_checkpoint(out_dir: Path, dims: dict = QWEN38_27B, *, bits: float = 4.0, head_bits: int = 6,
-                          layers: int | None = None, seed: int = 0, shard_bytes: int = 4 * 1024**3) -> Path:
-    """Write config.json, sharded safetensors with an index, and a tokenizer covering the vocabulary."""
+                          layers: int | None = None, seed: int = 0, shard_bytes: int = 4 * 1024**3,
+                          sparse: bool = False) -> Path:
+    """Write config.json, sharded safetensors with an index, and a tokenizer covering the vocabulary.
+
+    `sparse`: true headers over holes (no data): for code that reads only headers, e.g. the memory model.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     config = text_config(dims, layers=layers)
     config["quantization_config"] = {"quant_method": "exl3", "version": "1.6.5", "bits": bits,
@@ -195,6 +199,9 @@ def write_exl3_checkpoint(out_dir: Path, dims: dict = QWEN38_27B, *, bits: float
         with open(out_dir / fname, "wb") as f:
             f.write(struct.pack("<Q", len(raw)))
             f.write(raw)
+            if sparse:
+                f.truncate(8 + len(raw) + offset)
+                continue
             for name in names:
                 f.write(_values(name, schema[name], rng, blocks))
     total = sum(spec.nbytes for spec in schema.values())

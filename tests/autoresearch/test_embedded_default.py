@@ -1,0 +1,98 @@
+"""The newcomer's command, end to end: assertions on results.db rows and RESULTS.md, not exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+import pytest
+import sqlalchemy as sa
+
+from serving.config import ServingConfig
+
+from .conftest import run_loop
+
+pytestmark = pytest.mark.slow
+
+
+def _study(run):
+    names = optuna.get_all_study_names(run.db_url)
+    assert len(names) == 1
+    return optuna.load_study(study_name=names[0], storage=run.db_url)
+
+
+def test_baseline_is_trial_zero_and_carries_its_evidence(embedded_study):
+    study = _study(embedded_study)
+    trials = study.get_trials()
+    baseline = trials[0]
+    assert baseline.user_attrs["role"] == "baseline" and baseline.state == optuna.trial.TrialState.COMPLETE
+    assert baseline.user_attrs["constraints"] == [-1.0, -1.0, -1.0, -1.0]
+    assert baseline.values[0] > 0 and baseline.values[1] > 0
+    assert baseline.user_attrs["config"] == ServingConfig.from_dict({"engine": "transformers"}).to_dict()
+    evidence = study.user_attrs["baseline_evidence"]
+    assert evidence["trial"] == 0 and evidence["suite_run_id"] and evidence["floor_measurement_id"]
+    assert study.metric_names == ["decode_tok_per_s", "prefill_tok_per_s"]
+
+
+def test_every_trial_is_counted_and_explained(embedded_study):
+    study = _study(embedded_study)
+    counted = [t for t in study.get_trials() if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
+    assert len(counted) == 3
+    for t in counted:
+        assert t.user_attrs["outcome"] and "config_digest" in t.user_attrs
+        assert len(t.user_attrs["constraints"]) == 4
+        if t.user_attrs["outcome"] not in ("baseline", "passed"):
+            assert t.user_attrs["reasons"], t.user_attrs
+
+
+def test_measurement_provenance_and_eval_rows(embedded_study):
+    engine = sa.create_engine(embedded_study.db_url)
+    with engine.connect() as conn:
+        kinds = {row[0] for row in conn.execute(sa.text("select distinct kind from ar_measurements"))}
+        prov = conn.execute(sa.text("select engine, torch_version, model_manifest_hash from ar_provenance")).all()
+        tables = set(sa.inspect(conn).get_table_names())
+        bench = conn.execute(sa.text("select payload from ar_measurements where kind='bench' and trial=0 and launch=0"))
+        payload = bench.scalar_one()
+    assert {"bench", "fidelity", "suite"} <= kinds
+    assert prov and all(p.engine == "transformers" and p.torch_version and len(p.model_manifest_hash) == 64 for p in prov)
+    assert {"trials", "alembic_version", "ar_measurements", "ar_provenance", "ar_finalists"} <= tables
+    assert any(t.startswith("eval_") for t in tables)
+    payload = json.loads(payload) if isinstance(payload, str) else payload
+    assert payload["prefill"] and payload["decode"] and payload["headline"]
+
+
+def test_results_md_reports_the_stored_numbers(embedded_study):
+    study = _study(embedded_study)
+    text = (embedded_study.cwd / "RESULTS.md").read_text()
+    baseline = study.get_trials()[0]
+    for heading in ("## Champion", "## Gated Pareto front", "## Baseline", "## Rejected and stopped candidates",
+                    "## Per-taskset results", "## Provenance"):
+        assert heading in text
+    assert f"decode {baseline.values[0]:,.2f} tok/s" in text
+    assert "mmath-aime2025" in text and "rg-logic" in text
+    assert (embedded_study.cwd / "RESULTS-pareto.png").stat().st_size > 1000
+    assert study.user_attrs["champion"]["reason"] in text
+
+
+def test_export_writes_a_servable_config(embedded_study):
+    result = run_loop(embedded_study.cwd, embedded_study.env, "export", "--out", "champion.json")
+    assert result.returncode == 0, result.stderr
+    config = ServingConfig.from_json((embedded_study.cwd / "champion.json").read_text())
+    assert config.engine == "transformers"
+    assert "python -m serving --model" in result.stdout
+
+
+def test_a_finished_study_resumes_without_rerunning(embedded_study):
+    before = len(_study(embedded_study).get_trials())
+    result = run_loop(embedded_study.cwd, embedded_study.env, "--trials", "3", "--suite-limit", "1",
+                      "--suite-max-tokens", "16", "--finalist-launches", "1", "--port", "0", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(_study(embedded_study).get_trials()) == before
+
+
+def test_bad_arguments_are_usage_errors(embedded_study):
+    result = run_loop(embedded_study.cwd, embedded_study.env, "--suite", "broad", timeout=120)
+    assert result.returncode == 2 and "needs a real model" in result.stderr
+    result = run_loop(embedded_study.cwd, embedded_study.env, "--model", "/no/such/folder", "--trials", "1",
+                      timeout=120)
+    assert result.returncode == 1 and "not a folder" in result.stderr

@@ -22,7 +22,7 @@ import numpy as np
 
 from serving.synthetic.tiny import SPECIAL_TOKENS, THINK_TOKENS, build_tokenizer
 
-__all__ = ["QWEN38_27B", "TensorSpec", "exl3_schema", "text_config", "write_exl3_checkpoint"]
+__all__ = ["QWEN38_27B", "TensorSpec", "exl3_linear", "exl3_schema", "text_config", "write_exl3_checkpoint"]
 
 MUL1 = 0x83DCD12D  # the mul1 codebook constant, stored as a signed int32 scalar
 _DTYPES = {"I16": (np.int16, 2), "F16": (np.float16, 2), "BF16": (None, 2), "I32": (np.int32, 4)}
@@ -67,8 +67,22 @@ def text_config(dims: dict, *, layers: int | None = None) -> dict:
     }
 
 
-def exl3_schema(config: dict, *, bits: float, head_bits: int) -> dict[str, TensorSpec]:
-    """Tensor names, dtypes and shapes of an EXL3 conversion of `config` (as exllamav3 1.6.5 writes them)."""
+def exl3_linear(name: str, n_in: int, n_out: int, bits: float) -> dict[str, TensorSpec]:
+    """One EXL3 linear: trellis int16 [in/16, out/16, 16*bits], suh fp16 [in], svh fp16 [out], mul1 int32."""
+    return {
+        f"{name}.trellis": TensorSpec("I16", (n_in // 16, n_out // 16, int(round(16 * bits)))),
+        f"{name}.suh": TensorSpec("F16", (n_in,)),
+        f"{name}.svh": TensorSpec("F16", (n_out,)),
+        f"{name}.mul1": TensorSpec("I32", ()),
+    }
+
+
+def exl3_schema(config: dict, *, bits: float, head_bits: int, mtp_layers: int = 0,
+                mtp_bits: int = 4) -> dict[str, TensorSpec]:
+    """Tensor names, dtypes and shapes of an EXL3 conversion of `config` (as exllamav3 1.6.5 writes them).
+
+    `mtp_layers`: multi-token-prediction layers (attention blocks plus the `mtp.fc` projection) at `mtp_bits`.
+    """
     h, inter, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
     qh, kvh, hd = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
     kh, vh = config["linear_num_key_heads"], config["linear_num_value_heads"]
@@ -77,11 +91,19 @@ def exl3_schema(config: dict, *, bits: float, head_bits: int) -> dict[str, Tenso
     out: dict[str, TensorSpec] = {}
 
     def linear(name: str, n_in: int, n_out: int, b: float) -> None:
-        k = int(round(16 * b))
-        out[f"{name}.trellis"] = TensorSpec("I16", (n_in // 16, n_out // 16, k))
-        out[f"{name}.suh"] = TensorSpec("F16", (n_in,))
-        out[f"{name}.svh"] = TensorSpec("F16", (n_out,))
-        out[f"{name}.mul1"] = TensorSpec("I32", ())
+        out.update(exl3_linear(name, n_in, n_out, b))
+
+    def attention(a: str, b: float) -> None:
+        out[f"{a}.q_norm.weight"] = TensorSpec("BF16", (hd,))
+        out[f"{a}.k_norm.weight"] = TensorSpec("BF16", (hd,))
+        linear(f"{a}.q_proj", h, 2 * qh * hd, b)  # queries and the output gate, interleaved
+        linear(f"{a}.k_proj", h, kvh * hd, b)
+        linear(f"{a}.v_proj", h, kvh * hd, b)
+        linear(f"{a}.o_proj", qh * hd, h, b)
+
+    def mlp(m: str, b: float) -> None:
+        for name, n_in, n_out in (("gate_proj", h, inter), ("up_proj", h, inter), ("down_proj", inter, h)):
+            linear(f"{m}.{name}", n_in, n_out, b)
 
     p = "model.language_model"
     out[f"{p}.embed_tokens.weight"] = TensorSpec("BF16", (vocab, h))
@@ -101,17 +123,20 @@ def exl3_schema(config: dict, *, bits: float, head_bits: int) -> dict[str, Tenso
             linear(f"{a}.in_proj_z", h, vh * vd, bits)
             linear(f"{a}.out_proj", vh * vd, h, bits)
         else:
-            a = f"{L}.self_attn"
-            out[f"{a}.q_norm.weight"] = TensorSpec("BF16", (hd,))
-            out[f"{a}.k_norm.weight"] = TensorSpec("BF16", (hd,))
-            linear(f"{a}.q_proj", h, 2 * qh * hd, bits)  # queries and the output gate, interleaved
-            linear(f"{a}.k_proj", h, kvh * hd, bits)
-            linear(f"{a}.v_proj", h, kvh * hd, bits)
-            linear(f"{a}.o_proj", qh * hd, h, bits)
-        for name, n_in, n_out in (("gate_proj", h, inter), ("up_proj", h, inter), ("down_proj", inter, h)):
-            linear(f"{L}.mlp.{name}", n_in, n_out, bits)
+            attention(f"{L}.self_attn", bits)
+        mlp(f"{L}.mlp", bits)
     out[f"{p}.norm.weight"] = TensorSpec("BF16", (h,))
     linear("lm_head", h, vocab, head_bits)
+    for i in range(mtp_layers):
+        L = f"mtp.layers.{i}"
+        out[f"{L}.input_layernorm.weight"] = TensorSpec("BF16", (h,))
+        out[f"{L}.post_attention_layernorm.weight"] = TensorSpec("BF16", (h,))
+        attention(f"{L}.self_attn", mtp_bits)
+        mlp(f"{L}.mlp", mtp_bits)
+    if mtp_layers:
+        linear("mtp.fc", 2 * h, h, mtp_bits)
+        for norm in ("mtp.pre_fc_norm_hidden", "mtp.pre_fc_norm_embedding", "mtp.norm"):
+            out[f"{norm}.weight"] = TensorSpec("BF16", (h,))
     return out
 
 

@@ -6,13 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from serving.synthetic.exl3 import exl3_linear
 from tests.search_space.search_space_checkpoints import (
     QWEN38_27B,
     TINY,
     Qwen35Dims,
-    attention_schema,
-    exl3_linear,
-    mlp_schema,
     qwen35_config,
     qwen35_exl3_schema,
     write_checkpoint,
@@ -68,9 +66,13 @@ def dense_exl3_dir(tmp_path_factory) -> Path:
 def dflash_dir(tmp_path_factory) -> Path:
     """A DFlash draft for the 27B: one attention layer, taps 5 target layers, block size 16."""
     d = Qwen35Dims(5120, 17408, ("full_attention",), 32, 8, 128, 0, 0, 0, 0, 248320, 262144)
-    schema = {"layers.0.input_layernorm.weight": ("BF16", [d.hidden]),
-              **attention_schema("layers.0.self_attn", d, 4.0), **mlp_schema("layers.0.mlp", d, 4.0),
-              **exl3_linear("fc", 5 * d.hidden, d.hidden, 4.0), "norm.weight": ("BF16", [d.hidden])}
+    layer = "model.language_model.layers.0."
+    parts = (layer + "input_layernorm.", layer + "self_attn.", layer + "mlp.")
+    schema = {name[len("model.language_model."):]: spec for name, spec in qwen35_exl3_schema(d).items()
+              if name.startswith(parts)}
+    schema.update({name: (spec.dtype, list(spec.shape))
+                   for name, spec in exl3_linear("fc", 5 * d.hidden, d.hidden, 4.0).items()})
+    schema["norm.weight"] = ("BF16", [d.hidden])
     config = {"architectures": ["DFlashDraftModel"], "hidden_size": d.hidden, "intermediate_size": d.intermediate,
               "num_hidden_layers": 1, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
               "vocab_size": d.vocab, "rms_norm_eps": 1e-6, "hidden_act": "silu",

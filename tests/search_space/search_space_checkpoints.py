@@ -15,6 +15,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from serving.synthetic.exl3 import exl3_schema
+
 DATA = Path(__file__).parent / "data"
 DTYPE_BYTES = {"I16": 2, "I32": 4, "F16": 2, "BF16": 2, "F32": 4}
 
@@ -40,78 +42,16 @@ QWEN38_27B = Qwen35Dims(5120, 17408, (("linear_attention",) * 3 + ("full_attenti
                         16, 48, 128, 4, 248320, 262144)
 
 
-def exl3_linear(key: str, in_features: int, out_features: int, bits: float) -> dict[str, tuple[str, list[int]]]:
-    """An EXL3 linear: trellis int16 [in/16, out/16, 16*bits], suh fp16 [in], svh fp16 [out], mul1 int32."""
-    return {
-        f"{key}.mul1": ("I32", []),
-        f"{key}.suh": ("F16", [in_features]),
-        f"{key}.svh": ("F16", [out_features]),
-        f"{key}.trellis": ("I16", [in_features // 16, out_features // 16, int(16 * bits)]),
-    }
-
-
-def attention_schema(key: str, d: Qwen35Dims, bits: float) -> dict:
-    q_out = d.q_heads * d.head_dim
-    return {
-        f"{key}.k_norm.weight": ("BF16", [d.head_dim]),
-        **exl3_linear(f"{key}.k_proj", d.hidden, d.kv_heads * d.head_dim, bits),
-        **exl3_linear(f"{key}.o_proj", q_out, d.hidden, bits),
-        f"{key}.q_norm.weight": ("BF16", [d.head_dim]),
-        **exl3_linear(f"{key}.q_proj", d.hidden, 2 * q_out, bits),  # query and output gate
-        **exl3_linear(f"{key}.v_proj", d.hidden, d.kv_heads * d.head_dim, bits),
-    }
-
-
-def mlp_schema(key: str, d: Qwen35Dims, bits: float) -> dict:
-    return {
-        **exl3_linear(f"{key}.down_proj", d.intermediate, d.hidden, bits),
-        **exl3_linear(f"{key}.gate_proj", d.hidden, d.intermediate, bits),
-        **exl3_linear(f"{key}.up_proj", d.hidden, d.intermediate, bits),
-    }
-
-
-def gdn_schema(key: str, d: Qwen35Dims, bits: float) -> dict:
-    v_dim = d.gdn_v_heads * d.gdn_head_dim
-    qkv = 2 * d.gdn_k_heads * d.gdn_head_dim + v_dim
-    return {
-        f"{key}.A_log": ("BF16", [d.gdn_v_heads]),
-        f"{key}.conv1d.weight": ("BF16", [qkv, 1, d.conv]),
-        f"{key}.dt_bias": ("BF16", [d.gdn_v_heads]),
-        f"{key}.in_proj_a.weight": ("F16", [d.gdn_v_heads, d.hidden]),
-        f"{key}.in_proj_b.weight": ("F16", [d.gdn_v_heads, d.hidden]),
-        **exl3_linear(f"{key}.in_proj_qkv", d.hidden, qkv, bits),
-        **exl3_linear(f"{key}.in_proj_z", d.hidden, v_dim, bits),
-        f"{key}.norm.weight": ("BF16", [d.gdn_head_dim]),
-        **exl3_linear(f"{key}.out_proj", v_dim, d.hidden, bits),
-    }
-
-
 def qwen35_exl3_schema(d: Qwen35Dims, *, bits: float = 4.0, head_bits: int = 6, mtp_layers: int = 0,
                        mtp_bits: int = 4, vision: bool = False) -> dict[str, tuple[str, list[int]]]:
-    """Tensor name -> (dtype, shape) of a Qwen3_5 checkpoint as exllamav3's converter writes it."""
-    p = "model.language_model"
-    schema = {**exl3_linear("lm_head", d.hidden, d.vocab, head_bits),
-              f"{p}.embed_tokens.weight": ("BF16", [d.vocab, d.hidden])}
-    for i, kind in enumerate(d.layer_types):
-        key = f"{p}.layers.{i}"
-        schema[f"{key}.input_layernorm.weight"] = ("BF16", [d.hidden])
-        if kind == "linear_attention":
-            schema.update(gdn_schema(f"{key}.linear_attn", d, bits))
-        else:
-            schema.update(attention_schema(f"{key}.self_attn", d, bits))
-        schema.update(mlp_schema(f"{key}.mlp", d, bits))
-        schema[f"{key}.post_attention_layernorm.weight"] = ("BF16", [d.hidden])
-    schema[f"{p}.norm.weight"] = ("BF16", [d.hidden])
-    for i in range(mtp_layers):
-        key = f"mtp.layers.{i}"
-        schema[f"{key}.input_layernorm.weight"] = ("BF16", [d.hidden])
-        schema.update(attention_schema(f"{key}.self_attn", d, mtp_bits))
-        schema.update(mlp_schema(f"{key}.mlp", d, mtp_bits))
-        schema[f"{key}.post_attention_layernorm.weight"] = ("BF16", [d.hidden])
-    if mtp_layers:
-        schema.update(exl3_linear("mtp.fc", 2 * d.hidden, d.hidden, mtp_bits))
-        for norm in ("mtp.pre_fc_norm_hidden", "mtp.pre_fc_norm_embedding", "mtp.norm"):
-            schema[f"{norm}.weight"] = ("BF16", [d.hidden])
+    """Tensor name -> (dtype, shape) of a Qwen3_5 checkpoint as exllamav3's converter writes it.
+
+    The layout is serving.synthetic's (the same one the GPU checks load); this adapts it to the
+    test's dimension record and adds a vision tensor where a multimodal checkpoint has one.
+    """
+    config = qwen35_config(d, bits=bits, head_bits=head_bits, mtp_layers=mtp_layers, quantized=False)
+    specs = exl3_schema(config, bits=bits, head_bits=head_bits, mtp_layers=mtp_layers, mtp_bits=mtp_bits)
+    schema = {name: (spec.dtype, list(spec.shape)) for name, spec in specs.items()}
     if vision:
         schema["model.visual.blocks.0.attn.qkv.weight"] = ("BF16", [3 * 1152, 1152])
     return schema

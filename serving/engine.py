@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -120,7 +120,7 @@ class Job:
     """A request in flight. Created on the event loop, advanced only on the worker thread."""
 
     request: GenerationRequest | ScoreRequest
-    emit: callable  # thread-safe: puts an event on the consumer's queue
+    emit: Callable[[object], None]  # thread-safe: puts an event on the consumer's queue
     serial: int = field(default_factory=lambda: next(_serials))
     enqueued_at: float = field(default_factory=time.perf_counter)
     cancelled: bool = False

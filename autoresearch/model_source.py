@@ -12,7 +12,6 @@ Usage:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -21,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autoresearch.errors import ModelSourceError
+from serving.manifest import build_manifest
 
-__all__ = ["ResolvedModel", "build_manifest", "resolve_model", "EMBEDDED_DEFAULT"]
+__all__ = ["EMBEDDED_DEFAULT", "ResolvedModel", "build_manifest", "resolve_model"]
 
 log = logging.getLogger(__name__)
 EMBEDDED_DEFAULT = "embedded:tiny"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
-_SKIP = {"SYNTHETIC.json"}
 
 
 @dataclass(frozen=True)
@@ -38,33 +37,6 @@ class ResolvedModel:
     manifest_path: Path
     source: str  # the --model argument, or the embedded default
     is_embedded: bool = False
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def build_manifest(model_dir: Path, previous: dict | None = None) -> dict:
-    """Files, sizes and SHA256 of a model folder; hashes are reused for files whose size and mtime match."""
-    known = {f["path"]: f for f in (previous or {}).get("files", [])}
-    files = []
-    for path in sorted(p for p in model_dir.rglob("*") if p.is_file() and p.name not in _SKIP):
-        rel = path.relative_to(model_dir).as_posix()
-        stat = path.stat()
-        old = known.get(rel)
-        if old and old["size"] == stat.st_size and old.get("mtime_ns") == stat.st_mtime_ns:
-            sha = old["sha256"]
-        else:
-            log.info("hashing %s (%d bytes)", rel, stat.st_size)
-            sha = _sha256(path)
-        files.append({"path": rel, "size": stat.st_size, "sha256": sha, "mtime_ns": stat.st_mtime_ns})
-    # The manifest hash covers names, sizes and contents, not mtimes: a copy hashes the same.
-    canonical = json.dumps([[f["path"], f["size"], f["sha256"]] for f in files], separators=(",", ":"))
-    return {"schema": 1, "files": files, "manifest_hash": hashlib.sha256(canonical.encode()).hexdigest()}
 
 
 def _manifest_path(locks_dir: Path, name: str) -> Path:

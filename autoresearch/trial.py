@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import secrets
 import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import optuna
 
@@ -49,6 +47,7 @@ from eval import (
     run_suite,
 )
 from eval.errors import EvalError, TasksetRunError
+from eval.store import to_jsonable
 from search_space import (
     Calibration,
     MemoryModel,
@@ -382,7 +381,7 @@ class TrialRunner:
 
     def _measure(self, trial, config: ServingConfig, kind: str, payload: dict, launch: int = 0) -> None:
         self.db.add_measurement(study=self.plan.study_name, trial=trial.number, kind=kind,
-                                config_digest=config.digest, payload=_jsonable(payload), launch=launch)
+                                config_digest=config.digest, payload=to_jsonable(payload), launch=launch)
 
     def _server_failure(self, server) -> str | None:
         failure = server.check()
@@ -419,20 +418,4 @@ def _server_peak(server) -> int | None:
         return httpx.get(server.url + "/v1/server_info", timeout=30).json().get("vram_peak_bytes")
     except httpx.HTTPError:
         return None
-
-
-def _jsonable(value):
-    import dataclasses
-
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _jsonable(dataclasses.asdict(value))
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Path):
-        return str(value)
-    return value
 

@@ -40,7 +40,7 @@ from eval.plugins import PLUGIN_MODULES
 from eval.records import SuiteResult, TasksetResult
 from eval.run_config import Endpoint, TasksetLaunch, build_launch
 from eval.snapshots import EvalPaths, check_dataset
-from eval.store import EvalStore
+from eval.store import EvalStore, to_jsonable
 from eval.suites import SuiteOverrides, SuiteSpec
 from eval.traces import summarize_traces
 
@@ -319,7 +319,7 @@ def run_suite(
         results.append(run_taskset(launch, run_dir))
     result = SuiteResult(suite=suite.name, run_dir=str(run_dir), tasksets=tuple(results))
     (run_dir / "summary.json").write_text(
-        json.dumps({"provenance": provenance, "result": _jsonable(result)}, indent=2)
+        json.dumps({"provenance": provenance, "result": to_jsonable(result)}, indent=2)
     )
     if store is not None:
         suite_run_id = store.save_suite_result(
@@ -333,8 +333,3 @@ def run_suite(
         result = dataclasses.replace(result, suite_run_id=suite_run_id)
     return result
 
-
-def _jsonable(value: Any) -> Any:
-    from eval.store import to_jsonable
-
-    return to_jsonable(value)

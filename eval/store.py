@@ -15,9 +15,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import math
 import time
 import zlib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -151,8 +153,10 @@ def to_jsonable(value: Any) -> Any:
         return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [to_jsonable(v) for v in value]
-    if isinstance(value, float) and value != value:  # NaN is not JSON
+    if isinstance(value, float) and not math.isfinite(value):  # NaN and infinities are not JSON
         return None
+    if isinstance(value, Path):
+        return str(value)
     return value
 
 

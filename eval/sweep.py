@@ -11,7 +11,6 @@ Usage:
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from eval.gate import gate_candidate
 from eval.probes import ProbeSet
 from eval.records import Reference
 from eval.store import EvalStore
+from serving.manifest import manifest_hash
 
 __all__ = ["SweepOutcome", "manifest_digest", "run_sweep"]
 
@@ -38,18 +38,9 @@ class SweepOutcome:
 
 
 def manifest_digest(model_dir: Path) -> str:
-    """sha256 over (relative path, size, sha256) of every file in a model folder: a manifest hash
-    for callers that have none of their own (the loop passes the project's model manifest hash)."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in model_dir.rglob("*") if p.is_file()):
-        file_hash = hashlib.sha256()
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                file_hash.update(block)
-        digest.update(
-            f"{path.relative_to(model_dir).as_posix()}\0{path.stat().st_size}\0{file_hash.hexdigest()}\n".encode()
-        )
-    return digest.hexdigest()
+    """The model's manifest hash (serving.manifest), for callers that have none of their own: the same
+    hash the loop records, so a reference captured here is found by the loop and the other way round."""
+    return manifest_hash(model_dir)
 
 
 def run_sweep(

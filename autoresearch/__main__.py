@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "only) (default: offline for the embedded default, broad with --model)")
     parser.add_argument("--enqueue", action="append", default=[], metavar="KNOB=VALUE[,KNOB=VALUE]",
                         help="try this change of the baseline early (repeatable), e.g. --enqueue max_chunk_size=4096")
+    parser.add_argument("--baseline", metavar="KNOB=VALUE[,KNOB=VALUE]",
+                        help="judge candidates against the defaults with these changes, e.g. EXL3_INT8_GEMV=0 "
+                        "(exact GEMV as the reference, so the gate decides whether int8 GEMV keeps fidelity)")
     parser.add_argument("--engine", choices=["exllamav3", "transformers"],
                         help="default: exllamav3 with --model, transformers for the embedded default")
     parser.add_argument("--trials", type=int, help="total trials in the study, baseline included (embedded default: 6)")
@@ -109,6 +112,7 @@ def make_plan(args: argparse.Namespace):
         raise PlanError("--vram applies to the exllamav3 engine only")
     pinned = _assignments(args.pin, "--pin")
     enqueued = tuple(_assignments(item.split(","), "--enqueue") for item in args.enqueue)
+    baseline_changes = _assignments(args.baseline.split(","), "--baseline") if args.baseline else {}
     overrides = {}
     if args.suite_limit is not None:
         overrides["limit"] = args.suite_limit
@@ -124,7 +128,7 @@ def make_plan(args: argparse.Namespace):
         vram_bytes=vram, emulate_vram=args.emulate_vram,
         host_memory_limit_bytes=parse_bytes(args.host_memory_limit) if args.host_memory_limit else None, port=args.port, seed=args.seed,
         bench_plan=_bench_plan(engine, args), probe_config=default_probe_config(engine), suite_overrides=overrides,
-        pinned=pinned, enqueued=enqueued, finalists=args.finalists, finalist_launches=args.finalist_launches,
+        pinned=pinned, enqueued=enqueued, baseline_changes=baseline_changes, finalists=args.finalists, finalist_launches=args.finalist_launches,
         heartbeat_s=args.heartbeat, grace_s=args.grace,
         startup_timeout_s=300.0 if engine == "transformers" else 900.0,
     )

@@ -8,6 +8,7 @@ the GPU ones: exllamav3, the chosen suite, 8K prefill and 1K/8K decode.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +66,7 @@ class RunPlan:
     suite_overrides: dict = field(default_factory=dict)  # e.g. {"limit": 2, "max_tokens": 64} for the offline suite
     pinned: dict = field(default_factory=dict)  # knobs held fixed, e.g. {"cache_tokens": 32768}
     enqueued: tuple = ()  # baseline changes to try first, e.g. ({"max_chunk_size": 4096},)
+    baseline_changes: dict = field(default_factory=dict)  # the baseline = defaults + these, e.g. {"EXL3_INT8_GEMV": 0}
     dominated_margin_rel: float = 0.05  # stop a trial this much slower than a front member on both objectives
     finalists: int = 2
     finalist_launches: int = 2
@@ -92,4 +94,6 @@ class RunPlan:
     def key(self) -> str:
         """What a resumed run must share with the stored study."""
         text = f"{self.model.manifest_hash}|{self.engine}|{self.suite}|{self.bench_plan.digest}"
+        if self.baseline_changes:  # another baseline is another reference: never mix them in one study
+            text += "|baseline:" + json.dumps(self.baseline_changes, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -76,6 +76,39 @@ def _plot(study: optuna.Study, baseline, path: Path) -> bool:
     return True
 
 
+def _measured_table(study: optuna.Study, db: ResultsDB, plan: RunPlan, base_cfg: dict) -> list[str]:
+    """Every trial's first-launch bench medians and fidelity, whatever the gate made of it."""
+    rows = []
+    keys: list[str] = []
+    for t in study.get_trials(deepcopy=False):
+        bench = [r["payload"] for r in db.measurements(study=plan.study_name, kind="bench", trial=t.number)
+                 if r["launch"] == 0]
+        if not bench:
+            continue
+        headline = bench[-1].get("headline", {})
+        keys += [k for k in headline if k not in keys and ("_client@" in k or k.startswith("prefill_tok_per_s_server"))]
+        fid = [r["payload"]["metrics"] for r in db.measurements(study=plan.study_name, kind="fidelity", trial=t.number)]
+        outcome = "baseline" if t.user_attrs.get("role") == "baseline" else t.user_attrs.get("outcome", t.state.name)
+        rows.append((t, outcome, headline, fid[-1] if fid else None))
+    if not rows:
+        return []
+    keys.sort(key=lambda k: (not k.startswith("decode"), k))
+    lines = ["", "## Every measured configuration (first launch; medians, tok/s)", "",
+             "| trial | outcome | " + " | ".join(k.replace("_tok_per_s", "") for k in keys)
+             + " | KL mean | top-1 (w/o near-ties) | changes |",
+             "|---:|---|" + "---:|" * len(keys) + "---:|---:|---|"]
+    for t, outcome, headline, fid in rows:
+        kl, top1 = "-", "-"
+        if fid:
+            decisive = fid.get("top1_decisive_agreement")
+            kl = f"{fid['kl_mean']:.2e}"
+            top1 = f"{fid['top1_agreement']:.4f}" + (f" ({decisive:.4f})" if decisive is not None else "")
+        speeds = " | ".join(_fmt(headline.get(k), 1) for k in keys)
+        lines.append(f"| {t.number} | {outcome} | {speeds} | {kl} | {top1} | "
+                     f"`{changed_knobs(t.user_attrs.get('config', {}), base_cfg)}` |")
+    return lines
+
+
 def _tasksets(db: ResultsDB, store: EvalStore, plan: RunPlan, trial: int | None) -> dict[str, object]:
     if trial is None:
         return {}
@@ -147,8 +180,10 @@ def write_report(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalS
         fid = [r["payload"] for r in db.measurements(study=plan.study_name, kind="fidelity", trial=baseline.number)]
         if fid:
             m = fid[-1]["metrics"]
+            decisive = m.get("top1_decisive_agreement")
             lines.append(f"Fidelity noise floor: KL mean {m['kl_mean']:.2e}, KL p99 {m['kl_p99']:.2e}, top-1 agreement "
-                         f"{m['top1_agreement']:.4f} over {m['n_positions']} positions.")
+                         f"{m['top1_agreement']:.4f}" + (f" ({decisive:.4f} not counting near-ties)" if decisive is not None
+                                                          else "") + f" over {m['n_positions']} positions.")
         lines += ["", "```json", json.dumps(base_cfg, indent=1, sort_keys=True), "```"]
     else:
         lines.append("Not measured yet.")
@@ -159,6 +194,7 @@ def write_report(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalS
             continue
         reasons = "; ".join(t.user_attrs.get("reasons", []))[:300].replace("|", "/")
         lines.append(f"| {t.number} | {outcome} | {reasons} | `{changed_knobs(t.user_attrs.get('config', {}), base_cfg)}` |")
+    lines += _measured_table(study, db, plan, base_cfg)
     lines += ["", "## Per-taskset results (never merged)", ""]
     base_sets = _tasksets(db, store, plan, baseline.number if baseline else None)
     champ_trial = champion["trial"] if champion and not champion["is_baseline"] else None

@@ -19,7 +19,7 @@ from autoresearch.errors import PlanError, StudyError
 from autoresearch.plan import OBJECTIVES, RunPlan
 from search_space import SearchSpace, baseline_params
 
-__all__ = ["constraints_of", "open_study"]
+__all__ = ["baseline_trial_params", "constraints_of", "open_study", "params_with"]
 
 log = logging.getLogger(__name__)
 
@@ -77,26 +77,34 @@ def open_study(plan: RunPlan, space: SearchSpace) -> optuna.Study:
             n_startup_trials=min(10, max(2, (plan.trials or 10) // 2)),
         )
     if not any(t.user_attrs.get("role") == "baseline" for t in study.get_trials(deepcopy=False)):
-        study.enqueue_trial(baseline_params(space), user_attrs={"role": "baseline"}, skip_if_exists=True)
+        study.enqueue_trial(baseline_trial_params(plan, space), user_attrs={"role": "baseline"}, skip_if_exists=True)
     for changes in plan.enqueued:
-        params = params_with(space, changes)
+        params = params_with(space, {**plan.baseline_changes, **changes}, flag="--enqueue")
         study.enqueue_trial(params, user_attrs={"role": "candidate", "enqueued": True}, skip_if_exists=True)
     return study
 
 
-def params_with(space: SearchSpace, changes: dict) -> dict:
-    """Baseline parameters with `changes` applied, checked by rebuilding the configuration."""
+def baseline_trial_params(plan: RunPlan, space: SearchSpace) -> dict:
+    """The defaults with --baseline's changes: the configuration every candidate is judged against."""
+    return params_with(space, plan.baseline_changes, flag="--baseline")
+
+
+def params_with(space: SearchSpace, changes: dict, *, flag: str) -> dict:
+    """Default parameters with `changes` applied, checked by rebuilding the configuration."""
     from search_space import config_from_params
 
     params = baseline_params(space)
     unknown = sorted(set(changes) - {k.name for k in space.knobs})
     if unknown:
-        raise PlanError(f"--enqueue: {', '.join(unknown)} is not a knob of this search space; "
+        raise PlanError(f"{flag}: {', '.join(unknown)} is not a knob of this search space; "
                         f"knobs: {', '.join(k.name for k in space.knobs)}")
+    pinned = sorted(set(changes) & set(space.pinned))
+    if pinned:
+        raise PlanError(f"{flag}: {', '.join(pinned)} is pinned (--pin); change the pin instead")
     for name, value in changes.items():
         params[name] = space.knob(name).domain.to_param(value)
     try:
         config_from_params(space, params)
     except Exception as exc:
-        raise PlanError(f"--enqueue {changes}: {exc}") from exc
+        raise PlanError(f"{flag} {changes}: {exc}") from exc
     return params

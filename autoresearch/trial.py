@@ -29,6 +29,7 @@ from autoresearch.plan import RunPlan
 from autoresearch.progress import Progress
 from autoresearch.provenance import collect_provenance
 from autoresearch.servers import serve
+from autoresearch.study import baseline_trial_params
 from bench import BenchResult, Endpoint, noise_floor, run_bench
 from bench.errors import BenchError
 from eval import (
@@ -53,7 +54,6 @@ from search_space import (
     MemoryModel,
     MemoryObservation,
     SearchSpace,
-    baseline_params,
     check_fit,
     sample_config,
 )
@@ -291,7 +291,7 @@ class TrialRunner:
             states = {t.state for t in study.get_trials(deepcopy=False) if t.user_attrs.get("role") == "baseline"}
             if optuna.trial.TrialState.RUNNING not in states:
                 if optuna.trial.TrialState.WAITING not in states:
-                    study.enqueue_trial(baseline_params(self.space), user_attrs={"role": "baseline"})
+                    study.enqueue_trial(baseline_trial_params(self.plan, self.space), user_attrs={"role": "baseline"})
                 study.enqueue_trial(trial.params, user_attrs={"role": "candidate", "deferred_from": trial.number})
                 raise BaselineNotReady(f"trial {trial.number} deferred: the baseline must run first")
             time.sleep(2.0)  # another worker is measuring the baseline

@@ -47,7 +47,7 @@ class FidelityPolicy:
     noise_factor: float = 3.0
     min_floor_kl_mean: float = 1e-4  # nats; the floor assumed when the measured one is smaller
     min_floor_kl_p99: float = 1e-3
-    min_floor_top1_disagreement: float = 2e-3  # fraction of positions
+    min_floor_top1_disagreement: float = 2e-3  # fraction of positions; near-tie flips are not counted
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.noise_factor) and self.noise_factor >= 1.0):
@@ -152,6 +152,7 @@ def worst_case_floor(floors: Sequence[FidelityMetrics]) -> FidelityMetrics:
         kl_p99=max(f.kl_p99 for f in floors),
         kl_max=max(f.kl_max for f in floors),
         top1_agreement=min(f.top1_agreement for f in floors),
+        top1_decisive_agreement=min(1.0 - f.top1_decisive_disagreement for f in floors),
         greedy_match_fraction=min(f.greedy_match_fraction for f in floors),
         greedy_full_matches=min(f.greedy_full_matches for f in floors),
     )
@@ -177,8 +178,8 @@ def decide_fidelity(
         _check("kl_p99", candidate.kl_p99, floor.kl_p99, policy.min_floor_kl_p99, k),
         _check(
             "top1_disagreement",
-            candidate.top1_disagreement,
-            floor.top1_disagreement,
+            candidate.top1_decisive_disagreement,
+            floor.top1_decisive_disagreement,
             policy.min_floor_top1_disagreement,
             k,
         ),

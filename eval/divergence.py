@@ -9,6 +9,11 @@ inequality), so the value is a lower bound of the full-vocabulary KL, exact when
 mass. It is therefore sound to *reject* on it, never to claim a candidate identical because of it;
 top-1 agreement and greedy match length are reported beside it for that reason.
 
+Near-ties: a top-1 flip between two tokens that both sides rank within TIE_MARGIN_NATS of each other is
+a coin toss that any change of arithmetic order (a chunk size, a kernel) can turn, and it says nothing
+about the model's ability; a model with flat logits (a random checkpoint) has many of them. Such flips
+are counted in `top1_agreement` but not in `top1_decisive_agreement`, the statistic the gate uses.
+
 Usage:
     comparison = compare_probe(reference_probe, candidate_scores)
     metrics = summarize([comparison, ...])
@@ -25,8 +30,10 @@ import numpy as np
 from eval.records import FidelityMetrics, KindMetrics, ProbeReference, ProbeScores, TopK
 
 __all__ = [
+    "TIE_MARGIN_NATS",
     "ProbeComparison",
     "argmax_token",
+    "decisive_flip",
     "compare_probe",
     "greedy_match_length",
     "position_kl",
@@ -35,6 +42,8 @@ __all__ = [
 
 # Masses below this are rounding noise: the server's logprobs are float32 rounded to JSON.
 _MASS_EPS = 1e-9
+# 0.01 nats: the two tokens' probabilities differ by 1%, below the resolution of fp16 logits (~0.016 at 20).
+TIE_MARGIN_NATS = 0.01
 
 
 def argmax_token(top: TopK) -> int:
@@ -43,6 +52,19 @@ def argmax_token(top: TopK) -> int:
         raise ValueError("empty top-k row: the server returned no alternatives at a scored position")
     best = max(top.values())
     return min(token for token, logprob in top.items() if logprob == best)
+
+
+def _preference(top: TopK, better: int, worse: int) -> float:
+    """How much `top` prefers `better` over `worse` (nats); a token outside top-k ranks at most its last entry."""
+    return top[better] - top.get(worse, min(top.values()))
+
+
+def decisive_flip(ref_top: TopK, cand_top: TopK, margin: float = TIE_MARGIN_NATS) -> bool:
+    """The top-1 tokens differ and at least one side prefers its own choice by more than `margin`."""
+    ref_best, cand_best = argmax_token(ref_top), argmax_token(cand_top)
+    if ref_best == cand_best:
+        return False
+    return _preference(ref_top, ref_best, cand_best) > margin or _preference(cand_top, cand_best, ref_best) > margin
 
 
 def position_kl(
@@ -92,6 +114,7 @@ class ProbeComparison:
     kind: str
     kl: np.ndarray  # [positions] nats
     top1_agree: np.ndarray  # [positions] bool
+    decisive_flip: np.ndarray  # [positions] bool: a top-1 flip that is not a near-tie
     fed_logprob_delta: np.ndarray  # [positions] candidate - reference log p of the fed token
     greedy_match: int
     length: int
@@ -109,6 +132,7 @@ def compare_probe(reference: ProbeReference, candidate: ProbeScores) -> ProbeCom
         )
     kl = np.empty(len(ref.top))
     agree = np.empty(len(ref.top), dtype=bool)
+    decisive = np.empty(len(ref.top), dtype=bool)
     for j, token in enumerate(reference.continuation_ids):
         kl[j] = position_kl(
             ref.top[j],
@@ -118,12 +142,14 @@ def compare_probe(reference: ProbeReference, candidate: ProbeScores) -> ProbeCom
             cand_fed_logprob=candidate.token_logprobs[j],
         )
         agree[j] = argmax_token(ref.top[j]) == argmax_token(candidate.top[j])
+        decisive[j] = decisive_flip(ref.top[j], candidate.top[j])
     delta = np.asarray(candidate.token_logprobs, dtype=float) - np.asarray(ref.token_logprobs, dtype=float)
     return ProbeComparison(
         probe_id=reference.probe_id,
         kind=reference.kind,
         kl=kl,
         top1_agree=agree,
+        decisive_flip=decisive,
         fed_logprob_delta=delta,
         greedy_match=greedy_match_length(candidate.top, reference.continuation_ids),
         length=len(reference.continuation_ids),
@@ -157,6 +183,7 @@ def summarize(comparisons: Iterable[ProbeComparison]) -> FidelityMetrics:
         kl_p99=whole.kl_p99,
         kl_max=whole.kl_max,
         top1_agreement=whole.top1_agreement,
+        top1_decisive_agreement=float(1.0 - np.concatenate([c.decisive_flip for c in comparisons]).mean()),
         greedy_match_fraction=float(np.mean([c.greedy_match / c.length for c in comparisons])),
         greedy_full_matches=sum(c.greedy_match == c.length for c in comparisons),
         ref_token_logprob_delta_mean=float(np.concatenate([c.fed_logprob_delta for c in comparisons]).mean()),

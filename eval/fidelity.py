@@ -149,6 +149,7 @@ def measure_fidelity(
             "kl_mean": float(c.kl.mean()),
             "kl_max": float(c.kl.max()),
             "top1_agreement": float(c.top1_agree.mean()),
+            "decisive_flips": int(c.decisive_flip.sum()),
             "greedy_match": c.greedy_match,
         }
         for c in comparisons
@@ -163,12 +164,13 @@ def measure_fidelity(
         server=server,
     )
     log.info(
-        "fidelity %s %s: kl_mean %.3g, kl_p99 %.3g, top1 %.4f, greedy match %.3f",
+        "fidelity %s %s: kl_mean %.3g, kl_p99 %.3g, top1 %.4f (%.4f without near-ties), greedy match %.3f",
         role,
         label,
         metrics.kl_mean,
         metrics.kl_p99,
         metrics.top1_agreement,
+        1.0 - metrics.top1_decisive_disagreement,
         metrics.greedy_match_fraction,
     )
     return FidelityMeasurement(

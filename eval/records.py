@@ -109,10 +109,19 @@ class FidelityMetrics:
     greedy_full_matches: int  # probes whose whole continuation the candidate reproduces greedily
     ref_token_logprob_delta_mean: float  # mean (candidate - reference) log p of the reference tokens
     by_kind: tuple[KindMetrics, ...] = ()
+    # Agreement counting near-tie flips as agreement (eval.divergence.TIE_MARGIN_NATS). None in rows
+    # stored before it existed: then every flip counts, as in top1_agreement.
+    top1_decisive_agreement: float | None = None
 
     @property
     def top1_disagreement(self) -> float:
         return 1.0 - self.top1_agreement
+
+    @property
+    def top1_decisive_disagreement(self) -> float:
+        """The gated top-1 statistic: flips where at least one side clearly preferred its own token."""
+        agreement = self.top1_agreement if self.top1_decisive_agreement is None else self.top1_decisive_agreement
+        return 1.0 - agreement
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -76,6 +76,7 @@ def print_fidelity(console: Console, rows: Sequence[tuple[str, FidelityMetrics]]
         "kl_p99",
         "kl_max",
         "top1",
+        "top1 w/o ties",
         "greedy match",
         "full matches",
     ):
@@ -88,6 +89,7 @@ def print_fidelity(console: Console, rows: Sequence[tuple[str, FidelityMetrics]]
             _fmt(m.kl_p99, ".3g"),
             _fmt(m.kl_max, ".3g"),
             _fmt(m.top1_agreement, ".4f"),
+            _fmt(1.0 - m.top1_decisive_disagreement, ".4f"),
             _fmt(m.greedy_match_fraction),
             f"{m.greedy_full_matches}/{m.n_probes}",
         )

@@ -81,6 +81,7 @@ fidelity_measurements = sa.Table(
     sa.Column("kl_p99", sa.Float, nullable=False),
     sa.Column("kl_max", sa.Float, nullable=False),
     sa.Column("top1_agreement", sa.Float, nullable=False),
+    sa.Column("top1_decisive_agreement", sa.Float, nullable=True),  # NULL in rows from before it existed
     sa.Column("greedy_match_fraction", sa.Float, nullable=False),
     sa.Column("greedy_full_matches", sa.Integer, nullable=False),
     sa.Column("ref_token_logprob_delta_mean", sa.Float, nullable=False),
@@ -205,7 +206,21 @@ def _metrics_from_row(row: Any) -> FidelityMetrics:
         greedy_full_matches=row.greedy_full_matches,
         ref_token_logprob_delta_mean=row.ref_token_logprob_delta_mean,
         by_kind=tuple(KindMetrics(**k) for k in row.by_kind),
+        top1_decisive_agreement=row.top1_decisive_agreement,
     )
+
+
+# Columns added after the first release, as (table, column, SQL type): added in place, nullable, so a
+# results.db from an older version keeps every row it holds.
+_ADDED_COLUMNS = (("eval_fidelity_measurements", "top1_decisive_agreement", "FLOAT"),)
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    inspector = sa.inspect(engine)
+    for table, column, sql_type in _ADDED_COLUMNS:
+        if column not in {c["name"] for c in inspector.get_columns(table)}:
+            with engine.begin() as conn:
+                conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
 
 
 def create_tables(meta: sa.MetaData, engine: Engine, attempts: int = 5) -> None:
@@ -230,6 +245,7 @@ class EvalStore:
             connect_args = {"timeout": 60} if str(url_or_engine).startswith("sqlite") else {}
             self.engine = sa.create_engine(url_or_engine, connect_args=connect_args)
         create_tables(metadata, self.engine)
+        _add_missing_columns(self.engine)
 
     def close(self) -> None:
         self.engine.dispose()

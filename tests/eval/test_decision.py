@@ -17,7 +17,7 @@ from eval.errors import EvalConfigError
 from eval.records import EpisodeOutcome, FidelityMetrics, TasksetResult
 
 
-def _metrics(kl_mean=0.0, kl_p99=0.0, top1=1.0, n=100) -> FidelityMetrics:
+def _metrics(kl_mean=0.0, kl_p99=0.0, top1=1.0, n=100, decisive=None) -> FidelityMetrics:
     return FidelityMetrics(
         n_probes=4,
         n_positions=n,
@@ -28,7 +28,19 @@ def _metrics(kl_mean=0.0, kl_p99=0.0, top1=1.0, n=100) -> FidelityMetrics:
         greedy_match_fraction=1.0,
         greedy_full_matches=4,
         ref_token_logprob_delta_mean=0.0,
+        top1_decisive_agreement=decisive,
     )
+
+
+def test_the_gate_counts_decisive_top1_flips_and_every_flip_when_that_was_not_measured():
+    policy = FidelityPolicy(min_floor_top1_disagreement=2e-3)  # limit 3 x 0.002 = 0.006
+    near_ties = _metrics(top1=0.987, decisive=0.999)  # 1.3% flips, 0.1% of them decisive
+    assert decide_fidelity(near_ties, _metrics(), policy).passed
+    decisive = _metrics(top1=0.987, decisive=0.990)
+    verdict = decide_fidelity(decisive, _metrics(), policy)
+    assert not verdict.passed and "top1_disagreement 0.01 exceeds 0.006" in verdict.reasons[0]
+    legacy = _metrics(top1=0.987)  # stored before the decisive statistic existed: every flip counts
+    assert not decide_fidelity(legacy, _metrics(), policy).passed
 
 
 def test_a_zero_noise_floor_falls_back_to_the_minimum_floor():

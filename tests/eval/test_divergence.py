@@ -116,3 +116,33 @@ def test_comparing_different_lengths_is_an_error():
     short = ProbeScores(probe_id="p0", token_logprobs=(a[0],), top=(_top(a, 2),))
     with pytest.raises(ValueError, match="positions"):
         compare_probe(ref, short)
+
+
+def test_a_flip_between_near_tied_tokens_is_not_decisive():
+    from eval.divergence import TIE_MARGIN_NATS, decisive_flip
+
+    ref = {7: -11.300, 8: -11.304, 9: -11.9}  # the reference barely prefers 7 over 8
+    cand = {8: -11.301, 7: -11.303, 9: -11.9}  # the candidate barely prefers 8 over 7
+    assert not decisive_flip(ref, cand)
+    clear = {8: -11.0, 7: -11.3, 9: -11.9}  # the candidate prefers 8 by 0.3 nats
+    assert decisive_flip(ref, clear)
+    assert not decisive_flip(ref, dict(ref))  # no flip at all
+    # A candidate choice the reference does not even list ranks at most the reference's last entry.
+    assert decisive_flip(ref, {5: -11.2, 7: -11.3})
+    assert decisive_flip(ref, cand, margin=0.001) and TIE_MARGIN_NATS > 0.004
+
+
+def test_summaries_report_raw_and_decisive_top1_agreement():
+    ref_tops = ({1: -0.5, 2: -0.501}, {1: -0.1, 2: -3.0}, {3: -0.2, 4: -2.0}, {1: -0.3, 2: -2.0})
+    cand_tops = ({2: -0.5, 1: -0.501}, {2: -0.1, 1: -3.0}, {3: -0.2, 4: -2.0}, {1: -0.3, 2: -2.0})
+    reference = ProbeReference(
+        probe_id="p", kind="math", prompt_ids=(0,), continuation_ids=(1, 1, 3, 1),
+        scores=ProbeScores(probe_id="p", token_logprobs=tuple(t[c] for t, c in zip(ref_tops, (1, 1, 3, 1), strict=True)),
+                           top=ref_tops),
+    )
+    candidate = ProbeScores(probe_id="p", token_logprobs=tuple(t[c] for t, c in zip(cand_tops, (1, 1, 3, 1), strict=True)),
+                            top=cand_tops)
+    metrics = summarize([compare_probe(reference, candidate)])
+    assert metrics.top1_agreement == pytest.approx(0.5)  # positions 0 and 1 flipped
+    assert metrics.top1_decisive_agreement == pytest.approx(0.75)  # only position 1's flip is decisive
+    assert metrics.top1_decisive_disagreement == pytest.approx(0.25)

@@ -198,3 +198,25 @@ def test_a_decision_is_stored_with_its_policy_and_evidence(db_url):
     assert row["evidence"]["fidelity"]["checks"][0]["name"] == "kl_mean"
     assert row["evidence"]["tasksets"][0]["lost"] == 0
     assert row["reasons"] and "kl_mean" in row["reasons"][0]
+
+
+def test_a_results_db_from_before_the_decisive_top1_column_gains_it_and_keeps_its_rows(tmp_path):
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    store = EvalStore(url)
+    ref_id = store.save_reference(_reference(), probe_config={}, server={}, label="b", self_agreement=1.0)
+    old_id = store.save_measurement(reference_id=ref_id, role="candidate", label="old", metrics=_metrics(0.1),
+                                    per_probe=[], elapsed_s=1.0, server={})
+    store.close()
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:  # what an older version's table looked like
+        conn.execute(sa.text("ALTER TABLE eval_fidelity_measurements DROP COLUMN top1_decisive_agreement"))
+    engine.dispose()
+    reopened = EvalStore(url)
+    assert reopened.load_measurement(old_id).top1_decisive_agreement is None
+    assert reopened.load_measurement(old_id).kl_mean == 0.1
+    import dataclasses
+
+    new_id = reopened.save_measurement(reference_id=ref_id, role="candidate", label="new",
+                                       metrics=dataclasses.replace(_metrics(0.2), top1_decisive_agreement=0.99),
+                                       per_probe=[], elapsed_s=1.0, server={})
+    assert reopened.load_measurement(new_id).top1_decisive_agreement == 0.99

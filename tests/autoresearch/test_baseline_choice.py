@@ -1,0 +1,69 @@
+"""--baseline: the reference every candidate is judged against can be the defaults with changes."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autoresearch.errors import PlanError, StudyError
+from autoresearch.model_source import ResolvedModel
+from autoresearch.plan import RunPlan
+from autoresearch.study import open_study
+from search_space import SpaceContext, build_space, read_model_info
+from serving.synthetic.exl3 import QWEN38_27B, write_exl3_checkpoint
+
+GIB = 1024**3
+
+
+@pytest.fixture(scope="module")
+def q27(tmp_path_factory) -> ResolvedModel:
+    root = tmp_path_factory.mktemp("q27")
+    checkpoint = write_exl3_checkpoint(root / "q27", QWEN38_27B, sparse=True)  # headers only: nothing is launched
+    return ResolvedModel(path=checkpoint, name="q27-sparse", manifest_hash="0" * 64,
+                         manifest_path=root / "manifest.json", source=str(checkpoint))
+
+
+def _plan(tmp_path: Path, model: ResolvedModel, **kw) -> RunPlan:
+    return RunPlan(model=model, engine="exllamav3", suite="none", study_name="baseline-choice",
+                   storage_url=f"sqlite:///{tmp_path / 'results.db'}", workdir=tmp_path / "runs",
+                   results_md=tmp_path / "RESULTS.md", trials=5, vram_bytes=24 * GIB,
+                   pinned={"cache_slots": 1}, **kw)
+
+
+def _space(plan: RunPlan):
+    return build_space(SpaceContext(engine=plan.engine, model=read_model_info(plan.model.path)), pinned=plan.pinned)
+
+
+def test_the_baseline_and_enqueued_candidates_start_from_the_chosen_baseline(tmp_path, q27):
+    plan = _plan(tmp_path, q27, baseline_changes={"EXL3_INT8_GEMV": 0},
+                 enqueued=({"max_chunk_size": 8192}, {"EXL3_INT8_GEMV": 2}))
+    study = open_study(plan, _space(plan))
+    waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert [t.user_attrs["role"] for t in waiting] == ["baseline", "candidate", "candidate"]
+    baseline, chunk, int8 = (t.system_attrs["fixed_params"] for t in waiting)
+    assert (baseline["EXL3_INT8_GEMV"], baseline["max_chunk_size"]) == (0, 2048)
+    assert (chunk["EXL3_INT8_GEMV"], chunk["max_chunk_size"]) == (0, 8192)  # changes of the chosen baseline
+    assert (int8["EXL3_INT8_GEMV"], int8["max_chunk_size"]) == (2, 2048)  # exllamav3's own defaults
+
+
+def test_a_study_refuses_to_resume_against_another_baseline(tmp_path, q27):
+    plan = _plan(tmp_path, q27, baseline_changes={"EXL3_INT8_GEMV": 0})
+    open_study(plan, _space(plan))
+    for other in ({}, {"EXL3_INT8_GEMV": 1}):
+        with pytest.raises(StudyError, match="another model, engine, suite or bench plan"):
+            open_study(dataclasses.replace(plan, baseline_changes=other), _space(plan))
+    open_study(plan, _space(plan))  # the same baseline resumes
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"no_such_knob": 1}, "not a knob of this search space"),
+    ({"cache_slots": 2}, "pinned"),
+    ({"max_chunk_size": 3000}, "outside"),
+])
+def test_a_bad_baseline_is_a_clear_plan_error(tmp_path, q27, changes, message):
+    plan = _plan(tmp_path, q27, baseline_changes=changes)
+    with pytest.raises(PlanError, match=message):
+        open_study(plan, _space(plan))

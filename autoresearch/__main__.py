@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--bench-decode", help="decode contexts, e.g. 1024,8192 (default on GPU)")
     parser.add_argument("--bench-decode-tokens", type=int, help="tokens per decode run (default 128 on GPU)")
     parser.add_argument("--bench-max-repeats", type=int, help="measured runs per point at most (default 6 on GPU)")
+    parser.add_argument("--min-floor-top1-disagreement", type=float,
+                        help="gate: the top-1 disagreement floor assumed when the measured one is smaller "
+                        "(default 0.002; limit = 3 x max(floor, this))")
+    parser.add_argument("--min-floor-kl-mean", type=float, help="gate: the KL-mean floor, nats (default 1e-4)")
     parser.add_argument("--finalists", type=int, default=2)
     parser.add_argument("--finalist-launches", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
@@ -122,6 +126,7 @@ def make_plan(args: argparse.Namespace):
         overrides.setdefault("limit", 2)
         overrides.setdefault("max_tokens", 48)
     return RunPlan(
+        gate_policy=_gate_policy(args),
         model=model, engine=engine, suite=suite,
         study_name=args.study or study_name_for(suite, engine, model.manifest_hash),
         storage_url=args.storage, workdir=args.workdir.resolve(), results_md=args.results_md.resolve(), trials=trials, hours=args.hours,
@@ -132,6 +137,21 @@ def make_plan(args: argparse.Namespace):
         heartbeat_s=args.heartbeat, grace_s=args.grace,
         startup_timeout_s=300.0 if engine == "transformers" else 900.0,
     )
+
+
+def _gate_policy(args: argparse.Namespace):
+    import dataclasses
+
+    from eval import GatePolicy
+    from eval.errors import EvalConfigError
+
+    policy = GatePolicy()
+    changes = {name: getattr(args, name) for name in ("min_floor_top1_disagreement", "min_floor_kl_mean")
+               if getattr(args, name) is not None}
+    try:
+        return dataclasses.replace(policy, fidelity=dataclasses.replace(policy.fidelity, **changes))
+    except EvalConfigError as exc:
+        raise PlanError(str(exc)) from exc
 
 
 def _bench_plan(engine: str, args: argparse.Namespace):

@@ -96,4 +96,6 @@ class RunPlan:
         text = f"{self.model.manifest_hash}|{self.engine}|{self.suite}|{self.bench_plan.digest}"
         if self.baseline_changes:  # another baseline is another reference: never mix them in one study
             text += "|baseline:" + json.dumps(self.baseline_changes, sort_keys=True)
+        if self.gate_policy != GatePolicy():  # nor decisions made under different gates
+            text += "|gate:" + repr(self.gate_policy)
         return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -24,7 +24,7 @@ def changed_knobs(config: dict, baseline: dict) -> str:
     """The config's differences from the baseline, e.g. `max_chunk_size=4096, EXL3_INT8_GEMV=0`."""
     diffs = [f"{k}={v}" for k, v in sorted(config.get("args", {}).items()) if baseline.get("args", {}).get(k) != v]
     diffs += [f"{k}={v}" for k, v in sorted(config.get("env", {}).items()) if baseline.get("env", {}).get(k) != v]
-    diffs += [f"{k} unset" for k in sorted(baseline.get("env", {})) if k not in config.get("env", {})]
+    diffs += [f"{k}=(exllamav3 default)" for k in sorted(baseline.get("env", {})) if k not in config.get("env", {})]
     return ", ".join(diffs) or "(baseline)"
 
 

@@ -67,3 +67,17 @@ def test_a_bad_baseline_is_a_clear_plan_error(tmp_path, q27, changes, message):
     plan = _plan(tmp_path, q27, baseline_changes=changes)
     with pytest.raises(PlanError, match=message):
         open_study(plan, _space(plan))
+
+
+def test_the_gate_policy_is_part_of_what_a_study_measures(tmp_path, q27):
+    from autoresearch.__main__ import _gate_policy, build_parser
+
+    args = build_parser().parse_args(["--min-floor-top1-disagreement", "0.01"])
+    policy = _gate_policy(args)
+    assert policy.fidelity.min_floor_top1_disagreement == 0.01 and policy.fidelity.min_floor_kl_mean == 1e-4
+    plan = _plan(tmp_path, q27)
+    open_study(plan, _space(plan))
+    with pytest.raises(StudyError):
+        open_study(dataclasses.replace(plan, gate_policy=policy), _space(plan))
+    with pytest.raises(PlanError, match="min_floor_top1_disagreement must be >= 0"):
+        _gate_policy(build_parser().parse_args(["--min-floor-top1-disagreement", "-1"]))

@@ -76,8 +76,16 @@ def _plot(study: optuna.Study, baseline, path: Path) -> bool:
     return True
 
 
+def _gpu_of(details: dict) -> str:
+    """A short name of the physical GPU a measurement ran on (UUIDs tell apart cards of one model)."""
+    gpu = (details.get("gpu") or {}).get("details") or {}
+    uuid = gpu.get("uuid") or ""
+    return f"{gpu.get('name', 'cpu')} …{uuid[-6:]}" if uuid else str(gpu.get("name", "cpu"))
+
+
 def _measured_table(study: optuna.Study, db: ResultsDB, plan: RunPlan, base_cfg: dict) -> list[str]:
     """Every trial's first-launch bench medians and fidelity, whatever the gate made of it."""
+    gpus = {row["trial"]: _gpu_of(row["details"]) for row in db.provenance(study=plan.study_name)}
     rows = []
     keys: list[str] = []
     for t in study.get_trials(deepcopy=False):
@@ -93,10 +101,13 @@ def _measured_table(study: optuna.Study, db: ResultsDB, plan: RunPlan, base_cfg:
     if not rows:
         return []
     keys.sort(key=lambda k: (not k.startswith("decode"), k))
-    lines = ["", "## Every measured configuration (first launch; medians, tok/s)", "",
-             "| trial | outcome | " + " | ".join(k.replace("_tok_per_s", "") for k in keys)
-             + " | KL mean | top-1 (w/o near-ties) | changes |",
-             "|---:|---|" + "---:|" * len(keys) + "---:|---:|---|"]
+    lines = ["", "## Every measured configuration (first launch; medians, tok/s)", ""]
+    if len(set(gpus.values())) > 1:
+        lines += [f"**These trials ran on {len(set(gpus.values()))} different GPUs** (a resumed study moved): "
+                  "compare speeds within one GPU only. Finalists are always re-measured together on one.", ""]
+    lines += ["| trial | outcome | " + " | ".join(k.replace("_tok_per_s", "") for k in keys)
+              + " | KL mean | top-1 (w/o near-ties) | GPU | changes |",
+              "|---:|---|" + "---:|" * len(keys) + "---:|---:|---|---|"]
     for t, outcome, headline, fid in rows:
         kl, top1 = "-", "-"
         if fid:
@@ -104,7 +115,7 @@ def _measured_table(study: optuna.Study, db: ResultsDB, plan: RunPlan, base_cfg:
             kl = f"{fid['kl_mean']:.2e}"
             top1 = f"{fid['top1_agreement']:.4f}" + (f" ({decisive:.4f})" if decisive is not None else "")
         speeds = " | ".join(_fmt(headline.get(k), 1) for k in keys)
-        lines.append(f"| {t.number} | {outcome} | {speeds} | {kl} | {top1} | "
+        lines.append(f"| {t.number} | {outcome} | {speeds} | {kl} | {top1} | {gpus.get(t.number, '-')} | "
                      f"`{changed_knobs(t.user_attrs.get('config', {}), base_cfg)}` |")
     return lines
 

@@ -375,6 +375,13 @@ class TrialRunner:
 
     def _provenance(self, trial, config: ServingConfig, server, bench: BenchResult) -> None:
         details = collect_provenance(server_url=server.url, bench=bench)
+        uuid = ((details.get("gpu") or {}).get("details") or {}).get("uuid")
+        earlier = {((r["details"].get("gpu") or {}).get("details") or {}).get("uuid")
+                   for r in self.db.provenance(study=self.plan.study_name)}
+        if uuid and earlier - {uuid, None}:
+            log.warning("trial %d runs on GPU %s, other trials of this study on %s: search speeds are not comparable "
+                        "across GPUs (finalists are re-measured together)", trial.number, uuid,
+                        ", ".join(sorted(e for e in earlier if e and e != uuid)))
         self.db.add_provenance(study=self.plan.study_name, trial=trial.number, config_digest=config.digest,
                                model_manifest_hash=self.plan.model.manifest_hash, engine=config.engine,
                                details=details)

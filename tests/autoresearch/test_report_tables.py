@@ -1,0 +1,49 @@
+"""RESULTS.md's table of every measured configuration: speeds, fidelity, and the GPU each ran on."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import optuna
+
+from autoresearch.db import ResultsDB
+from autoresearch.report import _measured_table
+
+
+def _gpu(uuid: str) -> dict:
+    return {"gpu": {"name": "NVIDIA H200", "details": {"name": "NVIDIA H200", "uuid": uuid}}}
+
+
+def _study_with_trials(tmp_path, uuids):
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    db = ResultsDB(url)
+    study = optuna.create_study(study_name="s", storage=url, directions=["maximize", "maximize"])
+    for i, uuid in enumerate(uuids):
+        trial = study.ask()
+        trial.set_user_attr("role", "baseline" if i == 0 else "candidate")
+        trial.set_user_attr("config", {"args": {"max_chunk_size": 2048 * (i + 1)}, "env": {}})
+        trial.set_user_attr("outcome", "passed")
+        study.tell(trial, [60.0 + i, 6000.0 + 100 * i])
+        headline = {"decode_tok_per_s_client@1024/math": 60.0 + i, "prefill_tok_per_s_client@8192": 6000.0 + 100 * i,
+                    "prefill_tok_per_s_server@8192": 6100.0 + 100 * i}
+        db.add_measurement(study="s", trial=i, kind="bench", config_digest=f"c{i}", payload={"headline": headline})
+        db.add_measurement(study="s", trial=i, kind="fidelity", config_digest=f"c{i}", payload={"metrics": {
+            "kl_mean": 1e-5 * i, "top1_agreement": 1.0 - 0.01 * i, "top1_decisive_agreement": 1.0 - 0.001 * i}})
+        db.add_provenance(study="s", trial=i, config_digest=f"c{i}", model_manifest_hash="0" * 64,
+                          engine="exllamav3", details=_gpu(uuid))
+    base = study.trials[0].user_attrs["config"]
+    return _measured_table(study, db, SimpleNamespace(study_name="s"), base)
+
+
+def test_every_measured_configuration_is_listed_with_its_fidelity_and_gpu(tmp_path):
+    lines = _study_with_trials(tmp_path, ["GPU-aaaa-111111", "GPU-aaaa-111111"])
+    table = "\n".join(lines)
+    assert "different GPUs" not in table
+    assert "| 0 | baseline | 60.0 | 6,000.0 | 6,100.0 | 0.00e+00 | 1.0000 (1.0000) | NVIDIA H200 …111111 | `(baseline)` |" in table
+    assert "| 1 | passed | 61.0 | 6,100.0 | 6,200.0 | 1.00e-05 | 0.9900 (0.9990) | NVIDIA H200 …111111 | `max_chunk_size=4096` |" in table
+
+
+def test_a_study_that_moved_between_gpus_says_so(tmp_path):
+    table = "\n".join(_study_with_trials(tmp_path, ["GPU-aaaa-111111", "GPU-bbbb-222222"]))
+    assert "**These trials ran on 2 different GPUs**" in table
+    assert "…222222" in table

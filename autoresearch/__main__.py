@@ -89,14 +89,19 @@ def setup_logging(verbose: bool) -> None:
 
 
 def make_plan(args: argparse.Namespace):
-    from autoresearch.model_source import resolve_model
+    from autoresearch.model_source import model_of_study, resolve_model
     from autoresearch.plan import RunPlan, default_probe_config, study_name_for
     from search_space import gpu_memory_bytes, parse_bytes
 
     cache_dir = Path(os.environ.get("AUTORESEARCH_CACHE", Path.home() / ".cache" / "exl3-autoresearch"))
-    model = resolve_model(args.model, locks_dir=Path("locks"), cache_dir=cache_dir)
-    engine = args.engine or ("transformers" if model.is_embedded else "exllamav3")
-    suite = args.suite or ("offline" if model.is_embedded else "broad")
+    stored = _stored_study(args) if args.command != "run" else None
+    if stored is not None:  # report/export of a stored study: what it was made with, no weights needed
+        model = model_of_study(stored, locks_dir=Path("locks"))
+        engine, suite = args.engine or stored["engine"], args.suite or stored["suite"]
+    else:
+        model = resolve_model(args.model, locks_dir=Path("locks"), cache_dir=cache_dir)
+        engine = args.engine or ("transformers" if model.is_embedded else "exllamav3")
+        suite = args.suite or ("offline" if model.is_embedded else "broad")
     if model.is_embedded and suite not in ("offline", "none"):
         raise PlanError(f"the embedded default runs the offline suite; --suite {suite} needs a real model (--model) "
                         "and, for AIME/LiveCodeBench, Docker")
@@ -104,13 +109,14 @@ def make_plan(args: argparse.Namespace):
         raise PlanError("the embedded default model runs on the transformers (CPU) engine")
     trials = args.trials
     if trials is None and args.hours is None:
-        trials = 6 if model.is_embedded else None
+        # report and export run no trials; the plan still wants a stopping rule
+        trials = 6 if model.is_embedded or args.command != "run" else None
         if trials is None:
             raise PlanError("give --trials N or --hours H")
     vram = None
     if engine == "exllamav3":
         vram = parse_bytes(args.vram) if args.vram else gpu_memory_bytes()
-        if vram is None:
+        if vram is None and args.command == "run":
             raise PlanError("no GPU found to read the VRAM budget from; pass --vram (e.g. 24GiB)")
     elif args.vram:
         raise PlanError("--vram applies to the exllamav3 engine only")
@@ -137,6 +143,19 @@ def make_plan(args: argparse.Namespace):
         heartbeat_s=args.heartbeat, grace_s=args.grace,
         startup_timeout_s=300.0 if engine == "transformers" else 900.0,
     )
+
+
+def _stored_study(args: argparse.Namespace) -> dict | None:
+    """The user attributes of the study --study names in --storage, when it exists and names its model."""
+    if not args.study:
+        return None
+    import optuna
+
+    try:
+        attrs = optuna.load_study(study_name=args.study, storage=args.storage).user_attrs
+    except KeyError:
+        return None
+    return attrs if "model" in attrs and "engine" in attrs and "suite" in attrs else None
 
 
 def _gate_policy(args: argparse.Namespace):

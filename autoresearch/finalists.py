@@ -126,7 +126,7 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
         qualified = faster and not slower
         db.add_finalist(study=plan.study_name, round_=round_, trial=t.number, config_digest=t.user_attrs["config_digest"],
                         decode=values[0], prefill=values[1],
-                        verdict={"qualified": qualified, "speedup": score, "baseline": base_values,
+                        verdict={"qualified": qualified, "speedup": score, "baseline_values": base_values,
                                  "comparisons": [c.__dict__ if hasattr(c, "__dict__") else _slots(c) for c in comparisons]})
         if qualified and (best is None or score > best.speedup):
             best = Champion(trial=t.number, config=t.user_attrs["config"], decode_tok_per_s=values[0],
@@ -139,7 +139,8 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
                         prefill_tok_per_s=base_values[1], speedup=1.0, is_baseline=True)
         reason = "no finalist was confirmed faster than the baseline in fresh launches"
     else:
-        reason = f"confirmed in {plan.finalist_launches} fresh launches against the baseline"
+        launches = "1 fresh launch" if plan.finalist_launches == 1 else f"{plan.finalist_launches} fresh launches"
+        reason = f"confirmed in {launches} against the baseline"
     study.set_user_attr(_CHAMPION, best.__dict__ | {"reason": reason, "round": round_, "trials_at": len(trials)})
     return best
 

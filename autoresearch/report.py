@@ -16,6 +16,7 @@ from autoresearch.db import ResultsDB
 from autoresearch.finalists import feasible_front, load_champion
 from autoresearch.plan import RunPlan
 from eval import EvalStore
+from eval.store import to_jsonable
 
 __all__ = ["changed_knobs", "write_report"]
 
@@ -120,6 +121,32 @@ def _measured_table(study: optuna.Study, db: ResultsDB, plan: RunPlan, base_cfg:
     return lines
 
 
+def _gate_line(plan: RunPlan, store: EvalStore) -> str:
+    """The fidelity gate as its stored decisions applied it (the plan's, before any decision exists)."""
+    rows = [r for r in store.decision_rows(plan.model.manifest_hash)
+            if str(r["candidate_label"]).startswith(plan.study_name + ":")]
+    f = rows[-1]["policy"]["fidelity"] if rows else to_jsonable(plan.gate_policy)["fidelity"]
+    return (f"Fidelity gate: each statistic within {f['noise_factor']:g} x max(noise floor, minimum floor); minimum "
+            f"floors KL mean {f['min_floor_kl_mean']:g}, KL p99 {f['min_floor_kl_p99']:g}, top-1 disagreement "
+            f"{f['min_floor_top1_disagreement']:g} (near-tie flips not counted).")
+
+
+def _finalists_table(finals: list[dict]) -> list[str]:
+    if not finals:
+        return []
+    lines = ["", "## Finalists, re-measured in fresh launches", "",
+             "| round | trial | decode tok/s | prefill tok/s | speed-up | decision |", "|---:|---:|---:|---:|---:|---|"]
+    for f in finals:
+        v = f["verdict"]
+        if v.get("baseline") is True:  # rows of older versions hold the baseline's numbers under this key
+            decision = "baseline"
+        else:
+            decision = "confirmed faster" if v.get("qualified") else v.get("reason", "not confirmed faster")
+        lines.append(f"| {f['round']} | {f['trial']} | {_fmt(f['decode_tok_per_s'], 2)} | "
+                     f"{_fmt(f['prefill_tok_per_s'])} | {v.get('speedup', 1.0):.3f}x | {decision} |")
+    return lines
+
+
 def _tasksets(db: ResultsDB, store: EvalStore, plan: RunPlan, trial: int | None) -> dict[str, object]:
     if trial is None:
         return {}
@@ -147,6 +174,8 @@ def write_report(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalS
         *(["", "**The task tier did not run (`--suite none`): candidates were gated on fidelity alone.**"]
           if plan.suite == "none" else []),
         "",
+        _gate_line(plan, store),
+        "",
         "## Champion",
         "",
     ]
@@ -170,16 +199,7 @@ def write_report(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalS
     for t in sorted(feasible_front(study), key=lambda t: -t.values[0]):
         lines.append(f"| {t.number} | {_fmt(t.values[0], 2)} | {_fmt(t.values[1])} | {_ratio(t.values[0], base_vals[0])} "
                      f"| {_ratio(t.values[1], base_vals[1])} | `{changed_knobs(t.user_attrs.get('config', {}), base_cfg)}` |")
-    finals = db.finalists(study=plan.study_name)
-    if finals:
-        lines += ["", "## Finalists, re-measured in fresh launches", "",
-                  "| round | trial | decode tok/s | prefill tok/s | speed-up | decision |", "|---:|---:|---:|---:|---:|---|"]
-        for f in finals:
-            v = f["verdict"]
-            decision = "baseline" if v.get("baseline") else ("confirmed" if v.get("qualified") else
-                                                              v.get("reason", "not confirmed"))
-            lines.append(f"| {f['round']} | {f['trial']} | {_fmt(f['decode_tok_per_s'], 2)} | "
-                         f"{_fmt(f['prefill_tok_per_s'])} | {v.get('speedup', 1.0):.3f}x | {decision} |")
+    lines += _finalists_table(db.finalists(study=plan.study_name))
     lines += ["", "## Baseline", ""]
     if baseline:
         evidence = study.user_attrs.get("baseline_evidence", {})

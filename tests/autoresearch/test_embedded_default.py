@@ -96,3 +96,21 @@ def test_bad_arguments_are_usage_errors(embedded_study):
     result = run_loop(embedded_study.cwd, embedded_study.env, "--model", "/no/such/folder", "--trials", "1",
                       timeout=120)
     assert result.returncode == 1 and "not a folder" in result.stderr
+
+
+def test_a_stored_study_reports_and_exports_on_a_machine_without_its_model(embedded_study, tmp_path):
+    import shutil
+
+    shutil.copy(embedded_study.cwd / "results.db", tmp_path / "copied.db")
+    name = _study(embedded_study).study_name
+    env = {**embedded_study.env, "AUTORESEARCH_CACHE": str(tmp_path / "empty-cache")}  # no model here
+    storage = f"sqlite:///{tmp_path / 'copied.db'}"
+    result = run_loop(tmp_path, env, "report", "--study", name, "--storage", storage, "--results-md", "R.md",
+                      timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    text = (tmp_path / "R.md").read_text()
+    assert f"# Results: {name}" in text and "Fidelity gate: each statistic within 3 x" in text
+    assert not (tmp_path / "empty-cache").exists()  # nothing was generated or hashed
+    result = run_loop(tmp_path, env, "export", "--study", name, "--storage", storage, "--out", "c.json", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert ServingConfig.from_json((tmp_path / "c.json").read_text()).engine == "transformers"

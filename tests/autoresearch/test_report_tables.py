@@ -47,3 +47,19 @@ def test_a_study_that_moved_between_gpus_says_so(tmp_path):
     table = "\n".join(_study_with_trials(tmp_path, ["GPU-aaaa-111111", "GPU-bbbb-222222"]))
     assert "**These trials ran on 2 different GPUs**" in table
     assert "…222222" in table
+
+
+def test_the_finalists_table_names_the_baseline_and_the_confirmed_finalist():
+    from autoresearch.report import _finalists_table
+
+    finals = [
+        {"round": 1, "trial": 3, "decode_tok_per_s": 57.08, "prefill_tok_per_s": 5928.5,
+         "verdict": {"qualified": True, "speedup": 1.042, "baseline_values": [56.17, 5553.5]}},
+        {"round": 1, "trial": 5, "decode_tok_per_s": 50.0, "prefill_tok_per_s": 5000.0,
+         "verdict": {"qualified": False, "speedup": 0.9, "baseline": [56.17, 5553.5]}},  # an older row's layout
+        {"round": 1, "trial": 0, "decode_tok_per_s": 56.17, "prefill_tok_per_s": 5553.5, "verdict": {"baseline": True}},
+    ]
+    rows = _finalists_table(finals)[-3:]
+    assert rows[0] == "| 1 | 3 | 57.08 | 5,928.5 | 1.042x | confirmed faster |"
+    assert rows[1].endswith("| 0.900x | not confirmed faster |")
+    assert rows[2] == "| 1 | 0 | 56.17 | 5,553.5 | 1.000x | baseline |"

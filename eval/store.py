@@ -216,11 +216,18 @@ _ADDED_COLUMNS = (("eval_fidelity_measurements", "top1_decisive_agreement", "FLO
 
 
 def _add_missing_columns(engine: Engine) -> None:
-    inspector = sa.inspect(engine)
+    def has(table: str, column: str) -> bool:
+        return column in {c["name"] for c in sa.inspect(engine).get_columns(table)}
+
     for table, column, sql_type in _ADDED_COLUMNS:
-        if column not in {c["name"] for c in inspector.get_columns(table)}:
+        if has(table, column):
+            continue
+        try:
             with engine.begin() as conn:
                 conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
+        except (sa.exc.ProgrammingError, sa.exc.OperationalError):
+            if not has(table, column):  # not a concurrent worker adding it first: a real failure
+                raise
 
 
 def create_tables(meta: sa.MetaData, engine: Engine, attempts: int = 5) -> None:

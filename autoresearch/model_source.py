@@ -91,11 +91,9 @@ def _hub(repo_spec: str, *, locks_dir: Path, cache_dir: Path) -> ResolvedModel:
                          manifest_path=lock_path, source=repo_spec)
 
 
-def model_of_study(study_attrs: dict, *, locks_dir: Path) -> ResolvedModel | None:
+def model_of_study(study_attrs: dict, *, locks_dir: Path) -> ResolvedModel:
     """The model a stored study was made with, as it recorded it: reports and exports need no weights."""
-    model = study_attrs.get("model")
-    if not model:
-        return None
+    model = study_attrs["model"]
     return ResolvedModel(path=Path(model["source"]), name=model["name"], manifest_hash=model["manifest_hash"],
                          manifest_path=_manifest_path(locks_dir, model["name"]), source=model["source"],
                          is_embedded=model["source"] == EMBEDDED_DEFAULT)

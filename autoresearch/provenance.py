@@ -11,7 +11,7 @@ import httpx
 
 from bench import BenchResult
 
-__all__ = ["collect_provenance", "project_commit"]
+__all__ = ["collect_provenance", "gpu_uuid", "project_commit"]
 
 
 def project_commit() -> dict[str, Any]:
@@ -51,3 +51,8 @@ def _asdict(obj: Any) -> Any:
     import dataclasses
 
     return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
+
+
+def gpu_uuid(details: dict) -> str | None:
+    """The NVML UUID of the GPU a provenance record was measured on (tells apart cards of one model)."""
+    return ((details.get("gpu") or {}).get("details") or {}).get("uuid")

@@ -15,6 +15,7 @@ import optuna
 from autoresearch.db import ResultsDB
 from autoresearch.finalists import feasible_front, load_champion
 from autoresearch.plan import RunPlan
+from autoresearch.provenance import gpu_uuid
 from eval import EvalStore
 from eval.store import to_jsonable
 
@@ -79,9 +80,9 @@ def _plot(study: optuna.Study, baseline, path: Path) -> bool:
 
 def _gpu_of(details: dict) -> str:
     """A short name of the physical GPU a measurement ran on (UUIDs tell apart cards of one model)."""
-    gpu = (details.get("gpu") or {}).get("details") or {}
-    uuid = gpu.get("uuid") or ""
-    return f"{gpu.get('name', 'cpu')} …{uuid[-6:]}" if uuid else str(gpu.get("name", "cpu"))
+    name = ((details.get("gpu") or {}).get("details") or {}).get("name", "cpu")
+    uuid = gpu_uuid(details)
+    return f"{name} …{uuid[-6:]}" if uuid else str(name)
 
 
 def _measured_table(study: optuna.Study, db: ResultsDB, plan: RunPlan, base_cfg: dict) -> list[str]:

@@ -27,7 +27,7 @@ from autoresearch.db import ResultsDB
 from autoresearch.objectives import dominated_by, objectives_from_bench
 from autoresearch.plan import RunPlan
 from autoresearch.progress import Progress
-from autoresearch.provenance import collect_provenance
+from autoresearch.provenance import collect_provenance, gpu_uuid
 from autoresearch.servers import serve
 from autoresearch.study import baseline_trial_params
 from bench import BenchResult, Endpoint, noise_floor, run_bench
@@ -375,9 +375,8 @@ class TrialRunner:
 
     def _provenance(self, trial, config: ServingConfig, server, bench: BenchResult) -> None:
         details = collect_provenance(server_url=server.url, bench=bench)
-        uuid = ((details.get("gpu") or {}).get("details") or {}).get("uuid")
-        earlier = {((r["details"].get("gpu") or {}).get("details") or {}).get("uuid")
-                   for r in self.db.provenance(study=self.plan.study_name)}
+        uuid = gpu_uuid(details)
+        earlier = {gpu_uuid(r["details"]) for r in self.db.provenance(study=self.plan.study_name)}
         if uuid and earlier - {uuid, None}:
             log.warning("trial %d runs on GPU %s, other trials of this study on %s: search speeds are not comparable "
                         "across GPUs (finalists are re-measured together)", trial.number, uuid,

@@ -403,7 +403,7 @@ def _cmd_sweep(args, store, probes) -> int:
         print(f"{o.label}.kl_mean: {m.kl_mean:.6g}")
         print(f"{o.label}.kl_p99: {m.kl_p99:.6g}")
         print(f"{o.label}.top1_agreement: {m.top1_agreement:.6f}")
-        print(f"{o.label}.top1_decisive_agreement: {1.0 - m.top1_decisive_disagreement:.6f}")
+        print(f"{o.label}.top1_decisive_agreement: {m.top1_gated_agreement:.6f}")
         print(f"{o.label}.greedy_match_fraction: {m.greedy_match_fraction:.4f}")
         print(f"{o.label}.decision_id: {o.decision_id}")
         for reason in o.reasons:

@@ -152,7 +152,7 @@ def worst_case_floor(floors: Sequence[FidelityMetrics]) -> FidelityMetrics:
         kl_p99=max(f.kl_p99 for f in floors),
         kl_max=max(f.kl_max for f in floors),
         top1_agreement=min(f.top1_agreement for f in floors),
-        top1_decisive_agreement=min(1.0 - f.top1_decisive_disagreement for f in floors),
+        top1_decisive_agreement=min(f.top1_gated_agreement for f in floors),
         greedy_match_fraction=min(f.greedy_match_fraction for f in floors),
         greedy_full_matches=min(f.greedy_full_matches for f in floors),
     )

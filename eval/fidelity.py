@@ -170,7 +170,7 @@ def measure_fidelity(
         metrics.kl_mean,
         metrics.kl_p99,
         metrics.top1_agreement,
-        1.0 - metrics.top1_decisive_disagreement,
+        metrics.top1_gated_agreement,
         metrics.greedy_match_fraction,
     )
     return FidelityMeasurement(

@@ -118,10 +118,14 @@ class FidelityMetrics:
         return 1.0 - self.top1_agreement
 
     @property
+    def top1_gated_agreement(self) -> float:
+        """The agreement the gate uses: without near-tie flips where that was measured, else every flip counts."""
+        return self.top1_agreement if self.top1_decisive_agreement is None else self.top1_decisive_agreement
+
+    @property
     def top1_decisive_disagreement(self) -> float:
         """The gated top-1 statistic: flips where at least one side clearly preferred its own token."""
-        agreement = self.top1_agreement if self.top1_decisive_agreement is None else self.top1_decisive_agreement
-        return 1.0 - agreement
+        return 1.0 - self.top1_gated_agreement
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -89,7 +89,7 @@ def print_fidelity(console: Console, rows: Sequence[tuple[str, FidelityMetrics]]
             _fmt(m.kl_p99, ".3g"),
             _fmt(m.kl_max, ".3g"),
             _fmt(m.top1_agreement, ".4f"),
-            _fmt(1.0 - m.top1_decisive_disagreement, ".4f"),
+            _fmt(m.top1_gated_agreement, ".4f"),
             _fmt(m.greedy_match_fraction),
             f"{m.greedy_full_matches}/{m.n_probes}",
         )

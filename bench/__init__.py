@@ -23,7 +23,7 @@ from bench.errors import (
     ServerRejected,
     ServerUnreachable,
 )
-from bench.ladder import run_bench, validate_run
+from bench.ladder import mark_stalls, run_bench, validate_run
 from bench.plan import BenchPlan
 from bench.records import (
     BenchResult,
@@ -42,6 +42,7 @@ from bench.stats import (
     Summary,
     compare,
     compare_one,
+    find_stalls,
     noise_floor,
     summarize,
 )
@@ -71,6 +72,8 @@ __all__ = [
     "Summary",
     "compare",
     "compare_one",
+    "find_stalls",
+    "mark_stalls",
     "noise_floor",
     "run_bench",
     "summarize",

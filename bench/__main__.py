@@ -5,8 +5,13 @@ Usage:
                     [--repeats N] [--json OUT]
     python -m bench compare BASELINE.json CANDIDATE.json [--noise-floor A.json B.json]
     python -m bench noise-floor A.json B.json      # same configuration, two fresh launches
+    python -m bench reference TABLE.json ROW=RESULT.json ...   # reproduce a published table (bench.reference)
 
-Exit status: 0 measured, 1 the run failed (or a point has no valid run), 2 usage or plan error.
+Loaded results get run_bench's stall check (bench.ladder.mark_stalls), so records made before it
+are judged by the same rule.
+
+Exit status: 0 measured, 1 the run failed (or a point has no valid run, or the table was not
+reproduced), 2 usage or plan error.
 """
 
 from __future__ import annotations
@@ -24,10 +29,18 @@ from rich.logging import RichHandler
 from bench.client import Endpoint
 from bench.corpus import KINDS
 from bench.errors import BenchConfigError, BenchError
-from bench.ladder import run_bench
+from bench.ladder import mark_stalls, run_bench
 from bench.plan import BenchPlan
 from bench.records import BenchResult
-from bench.report import render, render_comparisons, render_noise_floor, summary_lines, write_json
+from bench.reference import ReferenceTable, check_reference
+from bench.report import (
+    render,
+    render_comparisons,
+    render_noise_floor,
+    render_reference,
+    summary_lines,
+    write_json,
+)
 from bench.stats import DifferenceRule, compare, noise_floor
 
 log = logging.getLogger("bench")
@@ -70,7 +83,8 @@ def _measure_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bench",
         description="Measure cold prefill (TTFT ladder) and batch-1 decode of an OpenAI-compatible server.",
-        epilog="Subcommands: 'python -m bench compare -h', 'python -m bench noise-floor -h'.",
+        epilog="Subcommands: 'python -m bench compare -h', 'python -m bench noise-floor -h', "
+        "'python -m bench reference -h'.",
     )
     p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:18020")
     p.add_argument("--api-key-file", type=Path, help="file holding the API key (never echoed or saved)")
@@ -145,6 +159,19 @@ def _noise_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _reference_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bench reference",
+        description="Check bench results against a published table, up to one machine factor per metric family.",
+    )
+    p.add_argument("table", type=Path, help="reference table JSON (see bench/reference.py)")
+    p.add_argument(
+        "results", nargs="+", metavar="ROW=RESULT.json", help="a table row and its bench result JSON"
+    )
+    p.add_argument("--json", type=Path, help="write the check here")
+    return p
+
+
 def setup_logging(verbose: bool) -> None:
     handler: logging.Handler = (
         RichHandler(show_path=False) if sys.stderr.isatty() else logging.StreamHandler(sys.stderr)
@@ -157,7 +184,7 @@ def setup_logging(verbose: bool) -> None:
 
 def _load(path: Path) -> BenchResult:
     try:
-        return BenchResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        return mark_stalls(BenchResult.from_dict(json.loads(path.read_text(encoding="utf-8"))))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BenchError(f"{path} is not a bench result JSON ({type(exc).__name__}: {exc})") from exc
 
@@ -236,10 +263,28 @@ def _noise(argv: Sequence[str], console: Console) -> int:
     return 0
 
 
+def _reference(argv: Sequence[str], console: Console) -> int:
+    args = _reference_parser().parse_args(argv)
+    setup_logging(False)
+    results = {}
+    for item in args.results:
+        row, sep, path = item.partition("=")
+        if not sep or not row or not path:
+            raise BenchConfigError(f"expected ROW=RESULT.json, got {item!r}")
+        if row in results:
+            raise BenchConfigError(f"row {row!r} given twice")
+        results[row] = _load(Path(path))
+    check = check_reference(ReferenceTable.from_json(args.table), results)
+    render_reference(check, console)
+    if args.json:
+        write_json(check.to_dict(), args.json)
+    return 0 if check.ok else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     console = Console() if sys.stdout.isatty() else Console(width=160)  # logs and CI: no wrapping
-    commands = {"compare": _compare, "noise-floor": _noise}
+    commands = {"compare": _compare, "noise-floor": _noise, "reference": _reference}
     command = commands.get(argv[0]) if argv else None
     try:
         if command is not None:

@@ -2,7 +2,8 @@
 
 Measurement hygiene lives here: warm-up requests are discarded; each point repeats until the
 median's interval is tight or the cap is reached; each run is checked (prefix-cache hit, short
-completion, failure) and an invalid run is kept as data but never averaged in.
+completion, failure, a stall on a one-time cost while the GPU sat idle) and an invalid run is kept
+as data but never averaged in.
 
 Usage:
     result = run_bench(BenchPlan(prefill_tokens=(1024, 8192)), Endpoint(url="http://127.0.0.1:18020"))
@@ -33,10 +34,10 @@ from bench.records import (
     RequestSpec,
     ServerProfile,
 )
-from bench.stats import is_settled, summarize
+from bench.stats import find_stalls, is_settled, summarize
 from bench.telemetry import GpuMonitor
 
-__all__ = ["run_bench", "validate_run"]
+__all__ = ["mark_stalls", "run_bench", "validate_run"]
 
 log = logging.getLogger(__name__)
 
@@ -320,6 +321,7 @@ class _Session:
             if reason:
                 log.warning("%s run %d invalid: %s", key, len(runs) + 1, reason)
             runs.append(dataclasses.replace(result, invalid_reason=reason))
+            _mark_stalls(key, runs, rate)
             scale = self._refit(scale, seen, prompt, result)
             values = [v for r in runs if r.is_valid and (v := getattr(r, rate)) is not None]
             summary = summarize(values) if values else None
@@ -400,6 +402,37 @@ class _Session:
             len(runs),
             "" if settled else " (cap reached before the spread target)",
         )
+
+
+def mark_stalls(result: BenchResult) -> BenchResult:
+    """`result` with stalled runs invalidated, as run_bench does now; for records made before it did.
+
+    Idempotent: a run already invalid stays as it is and is not compared with.
+    """
+
+    def point(p, rate: str):
+        runs = list(p.runs)
+        _mark_stalls(p.key, runs, rate)
+        return dataclasses.replace(p, runs=tuple(runs))
+
+    return dataclasses.replace(
+        result,
+        prefill=tuple(point(p, "prefill_tok_per_s_client") for p in result.prefill),
+        decode=tuple(point(d, "decode_tok_per_s_client") for d in result.decode),
+    )
+
+
+def _mark_stalls(key: str, runs: list[RequestResult], rate: str) -> None:
+    """Invalidate, in place, valid runs that stalled (bench.stats.find_stalls); once marked, a run stays out."""
+    candidates = [i for i, r in enumerate(runs) if r.is_valid and getattr(r, rate) is not None]
+    stalls = find_stalls(
+        [getattr(runs[i], rate) for i in candidates],
+        [runs[i].gpu.utilization_pct_mean if runs[i].gpu is not None else None for i in candidates],
+    )
+    for k, reason in stalls.items():
+        i = candidates[k]
+        log.warning("%s run %d invalid: %s", key, i + 1, reason)
+        runs[i] = dataclasses.replace(runs[i], invalid_reason=reason)
 
 
 def _size_error(result: RequestResult, target: int) -> float | None:

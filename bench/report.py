@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.records import BenchResult, DecodePoint, PrefillPoint
+from bench.reference import ReferenceCheck
 from bench.stats import Comparison, NoiseFloor, Summary
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "render",
     "render_comparisons",
     "render_noise_floor",
+    "render_reference",
     "summary_lines",
     "write_json",
 ]
@@ -166,6 +168,36 @@ def render_noise_floor(floor: NoiseFloor, console: Console) -> None:
     for metric, value in floor.rel_diff:
         table.add_row(metric, f"{value:.2%}")
     console.print(table)
+
+
+def render_reference(check: ReferenceCheck, console: Console) -> None:
+    lo, hi = check.factor_bounds
+    table = Table(title=f"Against {check.source}")
+    for name in ("row", "metric", "published", "measured", "vs published x factor", "tolerance", ""):
+        table.add_column(name, justify="left" if name in ("row", "metric") else "right")
+    for r in check.rows:
+        published = (
+            f"{r.published[0]:,.1f}"
+            if r.published[0] == r.published[1]
+            else (f"{r.published[0]:,.1f}-{r.published[1]:,.1f}")
+        )
+        table.add_row(
+            r.row,
+            r.metric,
+            published,
+            f"{r.measured:,.1f}",
+            f"{r.deviation:+.1%}",
+            f"±{r.tolerance:.1%}",
+            "ok" if r.ok else "[red]OFF[/red]",
+        )
+    console.print(table)
+    for family, f in check.factors.items():
+        mark = "ok" if lo <= f <= hi else f"[red]outside {lo:.2f}-{hi:.2f}[/red]"
+        console.print(f"machine factor {family}: {f:.3f} ({mark})")
+    for what, items in (("not measured", check.missing), ("rows without a result", check.unmeasured)):
+        if items:
+            console.print(f"[red]{what}[/red]: {', '.join(items)}")
+    console.print("reproduced" if check.ok else "[red]not reproduced[/red]")
 
 
 def write_json(data: dict[str, Any], path: Path) -> None:

@@ -39,6 +39,7 @@ __all__ = [
     "compare",
     "compare_one",
     "drift_rel",
+    "find_stalls",
     "is_settled",
     "median_ci",
     "noise_floor",
@@ -151,6 +152,41 @@ def drift_rel(samples_in_order: Sequence[float]) -> float | None:
     first = _median(sorted(samples_in_order[: n // 2]))
     second = _median(sorted(samples_in_order[n - n // 2 :]))
     return (second - first) / first if first else None
+
+
+def find_stalls(
+    rates: Sequence[float],
+    busy: Sequence[float | None],
+    *,
+    rate_factor: float = 0.5,
+    busy_factor: float = 0.5,
+    min_others: int = 2,
+) -> dict[int, str]:
+    """Runs that stalled on a one-time cost, by index, each with the evidence.
+
+    A run stalled when it ran at under `rate_factor` of the other runs' median rate while the GPU
+    was busy under `busy_factor` of their median utilization: the time went to something other than
+    the GPU doing this request's work (on exllamav3, a Triton kernel compiled for a prompt length
+    the warm-ups did not cover: 3.6-8 s for a 1.2 s prefill, GPU 13-20% busy against 57-84%).
+    Slow runs with a busy GPU are kept: they are the measurement. Needs GPU telemetry (`busy` None
+    for a run says nothing) and `min_others` other runs to compare with.
+    """
+    if len(rates) != len(busy):
+        raise ValueError(f"{len(rates)} rates but {len(busy)} utilizations")
+    stalls: dict[int, str] = {}
+    for i, (rate, util) in enumerate(zip(rates, busy, strict=True)):
+        others = [j for j in range(len(rates)) if j != i]
+        other_busy = [b for j in others if (b := busy[j]) is not None]
+        if util is None or len(others) < min_others or len(other_busy) < min_others:
+            continue
+        typical_rate = _median(sorted(rates[j] for j in others))
+        typical_busy = _median(sorted(other_busy))
+        if rate < rate_factor * typical_rate and util < busy_factor * typical_busy:
+            stalls[i] = (
+                f"stall: {rate:,.1f}/s against {typical_rate:,.1f}/s for the other runs while the GPU was "
+                f"{util:.0f}% busy against {typical_busy:.0f}% (a one-time cost such as a kernel compile)"
+            )
+    return stalls
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

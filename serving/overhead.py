@@ -1,12 +1,17 @@
-"""How much the HTTP server costs: decode tok/s through it over a direct exllamav3 Generator loop.
+"""How much the HTTP server costs: decode (and prefill) tok/s through it over a direct exllamav3 Generator.
 
 Both sides run the same checkpoint and config in fresh processes, alternating (direct, server,
 direct, server) so drift hits both; each side times the same thing, the wall time from the first
 streamed token to the last of a greedy, fixed-length job. The ratio of medians is printed.
 
+With --prefill-tokens N each side also prefills unique N-token prompts (one new token each) and
+the engine's own prefill time is compared: a server-side prefill below the direct generator's on
+the same GPU is the server's fault; both below a published number is the GPU's.
+
 Usage:
     python -m serving.overhead --model DIR [--config FILE] [--vram-limit 24GiB] [--prompt-tokens 1024]
-                               [--new-tokens 256] [--repeats 5] [--rounds 2] [--json OUT]
+                               [--new-tokens 256] [--prefill-tokens 8192] [--repeats 5] [--rounds 2]
+                               [--json OUT]
 """
 
 from __future__ import annotations
@@ -46,7 +51,9 @@ def _direct(args: argparse.Namespace) -> list[dict]:
     from serving.exllamav3_engine import Exl3Engine
     from serving.textcodec import TextCodec
 
-    config = ServingConfig.from_json(args.config.read_text() if args.config else "{}", default_engine_name="exllamav3")
+    config = ServingConfig.from_json(
+        args.config.read_text() if args.config else "{}", default_engine_name="exllamav3"
+    )
     import os
 
     os.environ.update(config.env)
@@ -58,8 +65,12 @@ def _direct(args: argparse.Namespace) -> list[dict]:
     runs = []
     for r in range(args.repeats):
         ids = _prompt(codec, args.prompt_tokens, salt=args.salt * 1000 + r)
-        job = Job(input_ids=torch.tensor([ids]), max_new_tokens=args.new_tokens, sampler=ArgmaxSampler(),
-                  stop_conditions=[])
+        job = Job(
+            input_ids=torch.tensor([ids]),
+            max_new_tokens=args.new_tokens,
+            sampler=ArgmaxSampler(),
+            stop_conditions=[],
+        )
         engine.generator.enqueue(job)
         stamps, final = [], None
         while engine.generator.num_remaining_jobs():
@@ -68,8 +79,31 @@ def _direct(args: argparse.Namespace) -> list[dict]:
                     stamps.extend([time.perf_counter()] * result["token_ids"].numel())
                 if result.get("eos"):
                     final = result
-        runs.append({"tokens": len(stamps), "wall_decode_s": stamps[-1] - stamps[0],
-                     "engine_decode_s": final["time_generate"], "engine_new_tokens": final["new_tokens"]})
+        runs.append(
+            {
+                "tokens": len(stamps),
+                "wall_decode_s": stamps[-1] - stamps[0],
+                "engine_decode_s": final["time_generate"],
+                "engine_new_tokens": final["new_tokens"],
+            }
+        )
+    for r in range(args.repeats if args.prefill_tokens else 0):
+        ids = _prompt(codec, args.prefill_tokens, salt=args.salt * 1000 + _PREFILL_SALT + r)
+        engine.generator.enqueue(
+            Job(input_ids=torch.tensor([ids]), max_new_tokens=1, sampler=ArgmaxSampler(), stop_conditions=[])
+        )
+        final = None
+        while engine.generator.num_remaining_jobs():
+            for result in engine.generator.iterate():
+                if result.get("eos"):
+                    final = result
+        runs.append(
+            {
+                "prefill_tokens": final["prompt_tokens"],
+                "cached_tokens": final["cached_tokens"],
+                "engine_prefill_s": final["time_prefill"],
+            }
+        )
     return runs
 
 
@@ -78,14 +112,26 @@ def _through_server(args: argparse.Namespace, config: ServingConfig, salt: int, 
     from serving.textcodec import TextCodec
 
     codec = TextCodec(args.model)
-    spec = LaunchSpec(model_dir=args.model, config=config, port=free_port(), log_path=log_dir / f"server-{salt}.log",
-                      vram_limit_bytes=args.vram_limit, startup_timeout_s=900)
+    spec = LaunchSpec(
+        model_dir=args.model,
+        config=config,
+        port=free_port(),
+        log_path=log_dir / f"server-{salt}.log",
+        vram_limit_bytes=args.vram_limit,
+        startup_timeout_s=900,
+    )
     runs = []
     with launch(spec) as server, httpx.Client(timeout=600) as client:
         for r in range(args.repeats):
             ids = _prompt(codec, args.prompt_tokens, salt=salt * 1000 + r)
-            body = {"prompt": ids, "max_tokens": args.new_tokens, "temperature": 0, "ignore_eos": True,
-                    "stream": True, "stream_options": {"include_usage": True}}
+            body = {
+                "prompt": ids,
+                "max_tokens": args.new_tokens,
+                "temperature": 0,
+                "ignore_eos": True,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
             stamps, usage = [], None
             with client.stream("POST", server.url + "/v1/completions", json=body) as response:
                 response.raise_for_status()
@@ -97,14 +143,45 @@ def _through_server(args: argparse.Namespace, config: ServingConfig, salt: int, 
                         usage = event["usage"]
                     elif event["choices"] and event["choices"][0]["finish_reason"] is None:
                         stamps.append(time.perf_counter())
-            runs.append({"tokens": len(stamps), "wall_decode_s": stamps[-1] - stamps[0],
-                         "engine_decode_s": usage["timings"]["decode_s"],
-                         "engine_new_tokens": usage["completion_tokens"]})
+            runs.append(
+                {
+                    "tokens": len(stamps),
+                    "wall_decode_s": stamps[-1] - stamps[0],
+                    "engine_decode_s": usage["timings"]["decode_s"],
+                    "engine_new_tokens": usage["completion_tokens"],
+                }
+            )
+        for r in range(args.repeats if args.prefill_tokens else 0):
+            ids = _prompt(codec, args.prefill_tokens, salt=salt * 1000 + _PREFILL_SALT + r)
+            body = {"prompt": ids, "max_tokens": 1, "temperature": 0, "ignore_eos": True}
+            response = client.post(server.url + "/v1/completions", json=body)
+            response.raise_for_status()
+            usage = response.json()["usage"]
+            runs.append(
+                {
+                    "prefill_tokens": usage["prompt_tokens"],
+                    "cached_tokens": usage["prompt_tokens_details"]["cached_tokens"],
+                    "engine_prefill_s": usage["timings"]["prefill_s"],
+                }
+            )
     return runs
 
 
+_PREFILL_SALT = 500  # prefill prompts never share a salt (so a cache page) with the decode prompts
+
+
 def _rate(runs: list[dict]) -> float:
-    return statistics.median((r["tokens"] - 1) / r["wall_decode_s"] for r in runs)
+    return statistics.median((r["tokens"] - 1) / r["wall_decode_s"] for r in runs if "tokens" in r)
+
+
+def _prefill_rate(runs: list[dict]) -> float | None:
+    """Median engine-timed prefill tok/s; a run that hit the prefix cache would flatter it, so it fails loudly."""
+    runs = [r for r in runs if "engine_prefill_s" in r]
+    if not runs:
+        return None
+    if any(r["cached_tokens"] for r in runs):
+        raise RuntimeError(f"prefill prompts hit the prefix cache: {[r['cached_tokens'] for r in runs]}")
+    return statistics.median(r["prefill_tokens"] / r["engine_prefill_s"] for r in runs)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--vram-limit", type=parse_bytes)
     parser.add_argument("--prompt-tokens", type=int, default=1024)
     parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument(
+        "--prefill-tokens", type=int, default=0, help="also compare prefill at this length (0: no)"
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", type=Path)
@@ -127,17 +207,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.direct:
         print(json.dumps(_direct(args)))
         return 0
-    config = ServingConfig.from_json(args.config.read_text() if args.config else "{}", default_engine_name=default_engine())
+    config = ServingConfig.from_json(
+        args.config.read_text() if args.config else "{}", default_engine_name=default_engine()
+    )
     if config.engine != "exllamav3":
-        print("the overhead benchmark compares against a direct exllamav3 Generator; use the exllamav3 engine",
-              file=sys.stderr)
+        print(
+            "the overhead benchmark compares against a direct exllamav3 Generator; use the exllamav3 engine",
+            file=sys.stderr,
+        )
         return 2
     direct_runs, server_runs = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.rounds):
-            cmd = [sys.executable, "-m", "serving.overhead", "--direct", "--model", str(args.model),
-                   "--prompt-tokens", str(args.prompt_tokens), "--new-tokens", str(args.new_tokens),
-                   "--repeats", str(args.repeats), "--salt", str(2 * round_)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "serving.overhead",
+                "--direct",
+                "--model",
+                str(args.model),
+                "--prompt-tokens",
+                str(args.prompt_tokens),
+                "--new-tokens",
+                str(args.new_tokens),
+                "--prefill-tokens",
+                str(args.prefill_tokens),
+                "--repeats",
+                str(args.repeats),
+                "--salt",
+                str(2 * round_),
+            ]
             if args.config:
                 cmd += ["--config", str(args.config)]
             if args.vram_limit:
@@ -146,16 +245,33 @@ def main(argv: Sequence[str] | None = None) -> int:
             direct_runs += json.loads(out.stdout.strip().splitlines()[-1])
             server_runs += _through_server(args, config, 2 * round_ + 1, Path(tmp))
     direct, server = _rate(direct_runs), _rate(server_runs)
+    direct_prefill, server_prefill = _prefill_rate(direct_runs), _prefill_rate(server_runs)
     result = {
-        "model": str(args.model), "config_digest": config.digest, "prompt_tokens": args.prompt_tokens,
-        "new_tokens": args.new_tokens, "repeats": args.repeats, "rounds": args.rounds,
-        "direct_decode_tok_per_s": direct, "server_decode_tok_per_s": server, "ratio": server / direct,
-        "direct_runs": direct_runs, "server_runs": server_runs,
+        "model": str(args.model),
+        "config_digest": config.digest,
+        "prompt_tokens": args.prompt_tokens,
+        "new_tokens": args.new_tokens,
+        "prefill_tokens": args.prefill_tokens,
+        "repeats": args.repeats,
+        "rounds": args.rounds,
+        "direct_decode_tok_per_s": direct,
+        "server_decode_tok_per_s": server,
+        "ratio": server / direct,
+        "direct_prefill_tok_per_s": direct_prefill,
+        "server_prefill_tok_per_s": server_prefill,
+        "prefill_ratio": server_prefill / direct_prefill if direct_prefill else None,
+        "direct_runs": direct_runs,
+        "server_runs": server_runs,
     }
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     print(f"decode tok/s: direct generator {direct:.2f}, through HTTP server {server:.2f}")
     print(f"ratio: {server / direct:.4f}")
+    if direct_prefill:
+        print(
+            f"prefill tok/s @{args.prefill_tokens}: direct generator {direct_prefill:,.0f}, "
+            f"through HTTP server {server_prefill:,.0f}, ratio {server_prefill / direct_prefill:.4f}"
+        )
     return 0
 
 

@@ -1,9 +1,13 @@
-"""Test doubles at bench's outside boundary: a server with a prefix cache, which the CPU engine lacks.
+"""Test doubles at bench's outside boundaries: a server with a prefix cache, and NVML.
 
 `PrefixCachingFakeServer` speaks just enough streaming OpenAI chat to be measured, and reports
 `cached_tokens` the way a paged prefix cache would (exllamav3 pages, vLLM blocks): the longest
 prefix shared with any earlier prompt, in whole pages. It lets a test show that bench's prompts
-defeat such a cache and that bench flags a hit when prompts repeat.
+defeat such a cache and that bench flags a hit when prompts repeat. `stall_posts` makes chosen
+requests stall before answering, as a first-time kernel compile does on a GPU server.
+
+`FakeNvml` stands in for pynvml (no GPU here): it reports a busy GPU, and an idle one while the
+fake server stalls.
 """
 
 from __future__ import annotations
@@ -20,8 +24,14 @@ PAGE_TOKENS = 16
 class PrefixCachingFakeServer:
     """A loopback HTTP server on a free port; use as a context manager, read `.url`."""
 
-    def __init__(self, api_key: str | None = None) -> None:
+    def __init__(
+        self, api_key: str | None = None, *, stall_posts: frozenset[int] = frozenset(), stall_s: float = 0.3
+    ) -> None:
         self.api_key = api_key
+        self.stall_posts = stall_posts  # 1-based numbers of the POSTs that stall
+        self.stall_s = stall_s
+        self.stalling = False
+        self.stalled_prompts: list[str] = []
         self.bodies: list[dict] = []
         self.prompts: list[str] = []
         self._lock = threading.Lock()
@@ -71,6 +81,11 @@ class PrefixCachingFakeServer:
                     return
                 fake.bodies.append(body)
                 prompt = body["messages"][0]["content"]
+                if len(fake.bodies) in fake.stall_posts:
+                    fake.stalled_prompts.append(prompt)
+                    fake.stalling = True
+                    time.sleep(fake.stall_s)
+                    fake.stalling = False
                 cached = fake.cached_tokens(prompt)
                 prompt_tokens = 5 + len(prompt) // CHARS_PER_TOKEN  # 5: the chat template
                 time.sleep(2e-6 * (prompt_tokens - cached))  # "prefill" only what is not cached
@@ -112,3 +127,67 @@ def _common_prefix(a: str, b: str) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+class FakeNvml:
+    """pynvml's calls that bench.telemetry makes, answered for one pretend H200."""
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 0, 1, 0
+
+    class NVMLError(Exception):
+        pass
+
+    class NVMLError_NotSupported(NVMLError):
+        pass
+
+    def __init__(self, server: PrefixCachingFakeServer) -> None:
+        self.server = server
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        return _Rates(gpu=5 if self.server.stalling else 80)
+
+    def nvmlDeviceGetClockInfo(self, handle, kind):
+        return 1980 if kind == self.NVML_CLOCK_SM else 3201
+
+    def nvmlDeviceGetMaxClockInfo(self, handle, kind):
+        return self.nvmlDeviceGetClockInfo(handle, kind)
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return 450_000
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle):
+        return 700_000
+
+    def nvmlDeviceGetTemperature(self, handle, sensor):
+        return 45
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return _Memory(used=20 * 1024**3, total=141 * 1024**3)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        return 0
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return [object()]
+
+    def nvmlDeviceGetName(self, handle):
+        return "NVIDIA H200 (fake)"
+
+    def nvmlDeviceGetUUID(self, handle):
+        return "GPU-fake"
+
+    def nvmlSystemGetDriverVersion(self):
+        return "0.0"
+
+    def nvmlShutdown(self):
+        pass
+
+
+class _Rates:
+    def __init__(self, gpu: int) -> None:
+        self.gpu = gpu
+
+
+class _Memory:
+    def __init__(self, used: int, total: int) -> None:
+        self.used, self.total = used, total

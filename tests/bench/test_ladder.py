@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 
 import pytest
@@ -9,7 +11,8 @@ import pytest
 from bench import BenchPlan, Endpoint, run_bench
 from bench.errors import BenchConfigError, ServerRejected, ServerUnreachable
 from bench.records import BenchResult
-from tests.bench.fakes import PrefixCachingFakeServer
+from bench.telemetry import GpuMonitor, _identity
+from tests.bench.fakes import FakeNvml, PrefixCachingFakeServer
 
 pytestmark = pytest.mark.slow
 
@@ -179,3 +182,22 @@ def test_extra_body_fields_reach_the_server_on_every_request():
     with PrefixCachingFakeServer() as server:
         run_bench(TINY_FAKE_PLAN, Endpoint(url=server.url))
     assert server.bodies and all(b["ban_eos_token"] is True and b["temperature"] == 0 for b in server.bodies)
+
+
+def test_a_run_that_stalls_while_the_gpu_idles_is_set_aside_and_replaced(monkeypatch):
+    """As a Triton compile on the first prompt of a new length does: slow, GPU idle; bench measures another."""
+    plan = dataclasses.replace(FAKE_PLAN, prefill_tokens=(2048,), decode_context_tokens=(), max_repeats=5)
+    with PrefixCachingFakeServer(stall_posts=frozenset({7}), stall_s=0.4) as server:
+        nvml = FakeNvml(server)
+        monitor = GpuMonitor(nvml, None, _identity(nvml, None, 0), period_s=0.01)
+        monkeypatch.setattr(GpuMonitor, "open", classmethod(lambda cls, index, **kw: monitor))
+        result = run_bench(plan, Endpoint(url=server.url))
+    (point,) = result.prefill
+    (stalled,) = server.stalled_prompts
+    runs = {r.spec.prompt_sha256: r for r in point.runs}
+    assert hashlib.sha256(stalled.encode()).hexdigest() in runs, "POST 7 should be a measured run"
+    bad = runs[hashlib.sha256(stalled.encode()).hexdigest()]
+    assert not bad.is_valid and bad.invalid_reason.startswith("stall:") and "busy against 80%" in bad.invalid_reason
+    assert [r.is_valid for r in point.runs].count(False) == 1
+    assert len(point.valid_runs) >= plan.min_repeats  # the stalled run was replaced, not just dropped
+    assert point.prefill_tok_per_s_client.min > 10 * bad.prefill_tok_per_s_client  # the median never saw it

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import optuna
 
 from autoresearch.db import ResultsDB
-from bench import BenchResult, NoiseFloor
+from bench import BenchResult, NoiseFloor, mark_stalls
 from eval import EvalStore, FidelityMeasurement, Reference, SuiteResult
 
 __all__ = ["BaselineEvidence", "load_baseline", "save_baseline"]
@@ -48,7 +48,8 @@ def load_baseline(study: optuna.Study, store: EvalStore, db: ResultsDB, study_na
     if data is None:
         return None
     rows = db.measurements(study=study_name, kind="bench", trial=data["trial"])
-    bench = BenchResult.from_dict(next(r for r in rows if r["launch"] == 0)["payload"])
+    # records from before bench set stalled runs aside are judged by the same rule as new ones
+    bench = mark_stalls(BenchResult.from_dict(next(r for r in rows if r["launch"] == 0)["payload"]))
     speed_floor = NoiseFloor(rel_diff=tuple(sorted(data["speed_floor"].items()))) if data["speed_floor"] else None
     reference = store.load_reference(data["reference_model"], data["reference_probes"])
     floor_metrics = store.load_measurement(data["floor_measurement_id"])

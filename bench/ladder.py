@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 _PROBE_TOKENS = 8  # completion length of the capability probe
 _SMALL_PROBE_CHARS = 200
 _OPTIONAL_FIELDS = ("ignore_eos", "stream_options")
+# the rate each ladder settles and checks for stalls on; mark_stalls must judge stored runs by the same one
+_PREFILL_RATE = "prefill_tok_per_s_client"
+_DECODE_RATE = "decode_tok_per_s_client"
 
 
 def validate_run(
@@ -259,7 +262,7 @@ class _Session:
             make_prompt=lambda chars, serial: self.source.prefill(chars, serial),
             max_tokens=1,
             expected_completion_tokens=None,
-            rate="prefill_tok_per_s_client",
+            rate=_PREFILL_RATE,
             target_rel_ci=self.plan.prefill_target_rel_ci,
         )
         return PrefillPoint(target_tokens=target, warmups=warmups, runs=runs, settled=settled)
@@ -273,7 +276,7 @@ class _Session:
             make_prompt=lambda chars, serial: self.source.decode(kind, chars, serial),
             max_tokens=n,
             expected_completion_tokens=n,
-            rate="decode_tok_per_s_client",
+            rate=_DECODE_RATE,
             target_rel_ci=self.plan.decode_target_rel_ci,
         )
         return DecodePoint(
@@ -417,8 +420,8 @@ def mark_stalls(result: BenchResult) -> BenchResult:
 
     return dataclasses.replace(
         result,
-        prefill=tuple(point(p, "prefill_tok_per_s_client") for p in result.prefill),
-        decode=tuple(point(d, "decode_tok_per_s_client") for d in result.decode),
+        prefill=tuple(point(p, _PREFILL_RATE) for p in result.prefill),
+        decode=tuple(point(d, _DECODE_RATE) for d in result.decode),
     )
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from bench.errors import BenchConfigError
 from bench.records import BenchResult
-from bench.stats import summarize
+from bench.stats import Summary, summarize
 
 __all__ = ["ReferenceCheck", "ReferenceTable", "RowCheck", "check_reference"]
 
@@ -124,7 +124,7 @@ def check_reference(table: ReferenceTable, results: Mapping[str, BenchResult]) -
         raise BenchConfigError(
             f"rows {unknown} are not in the table {table.source}; it has {sorted(table.rows)}"
         )
-    measured: list[tuple[str, str, tuple[float, float], tuple[float, ...]]] = []
+    measured: list[tuple[str, str, tuple[float, float], Summary]] = []
     missing = []
     for row, metrics in table.rows.items():
         if row not in results:
@@ -132,18 +132,17 @@ def check_reference(table: ReferenceTable, results: Mapping[str, BenchResult]) -
         samples = results[row].samples()
         for metric, published in metrics.items():
             if samples.get(metric):
-                measured.append((row, metric, published, samples[metric]))
+                measured.append((row, metric, published, summarize(samples[metric])))
             else:
                 missing.append(f"{row} {metric}")
     factors = {
         family: statistics.median(
-            summarize(s).median / ((lo + hi) / 2) for _, m, (lo, hi), s in measured if _family(m) == family
+            s.median / ((lo + hi) / 2) for _, m, (lo, hi), s in measured if _family(m) == family
         )
         for family in sorted({_family(m) for _, m, _, _ in measured})
     }
     checks = []
-    for row, metric, (lo, hi), s in measured:
-        summary = summarize(s)
+    for row, metric, (lo, hi), summary in measured:
         f = factors[_family(metric)]
         value = summary.median
         if value < lo * f:

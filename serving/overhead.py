@@ -62,16 +62,11 @@ def _direct(args: argparse.Namespace) -> list[dict]:
     engine.check_surface()
     engine._load()
     engine._warmup()
-    runs = []
-    for r in range(args.repeats):
-        ids = _prompt(codec, args.prompt_tokens, salt=args.salt * 1000 + r)
-        job = Job(
-            input_ids=torch.tensor([ids]),
-            max_new_tokens=args.new_tokens,
-            sampler=ArgmaxSampler(),
-            stop_conditions=[],
-        )
-        engine.generator.enqueue(job)
+
+    def run(ids: list[int], max_new_tokens: int) -> tuple[list[float], dict]:
+        """One greedy job to its end: when each token arrived, and the job's final result."""
+        engine.generator.enqueue(Job(input_ids=torch.tensor([ids]), max_new_tokens=max_new_tokens,
+                                     sampler=ArgmaxSampler(), stop_conditions=[]))
         stamps, final = [], None
         while engine.generator.num_remaining_jobs():
             for result in engine.generator.iterate():
@@ -79,31 +74,17 @@ def _direct(args: argparse.Namespace) -> list[dict]:
                     stamps.extend([time.perf_counter()] * result["token_ids"].numel())
                 if result.get("eos"):
                     final = result
-        runs.append(
-            {
-                "tokens": len(stamps),
-                "wall_decode_s": stamps[-1] - stamps[0],
-                "engine_decode_s": final["time_generate"],
-                "engine_new_tokens": final["new_tokens"],
-            }
-        )
+        return stamps, final
+
+    runs = []
+    for r in range(args.repeats):
+        stamps, final = run(_prompt(codec, args.prompt_tokens, salt=args.salt * 1000 + r), args.new_tokens)
+        runs.append({"tokens": len(stamps), "wall_decode_s": stamps[-1] - stamps[0],
+                     "engine_decode_s": final["time_generate"], "engine_new_tokens": final["new_tokens"]})
     for r in range(args.repeats if args.prefill_tokens else 0):
-        ids = _prompt(codec, args.prefill_tokens, salt=args.salt * 1000 + _PREFILL_SALT + r)
-        engine.generator.enqueue(
-            Job(input_ids=torch.tensor([ids]), max_new_tokens=1, sampler=ArgmaxSampler(), stop_conditions=[])
-        )
-        final = None
-        while engine.generator.num_remaining_jobs():
-            for result in engine.generator.iterate():
-                if result.get("eos"):
-                    final = result
-        runs.append(
-            {
-                "prefill_tokens": final["prompt_tokens"],
-                "cached_tokens": final["cached_tokens"],
-                "engine_prefill_s": final["time_prefill"],
-            }
-        )
+        _, final = run(_prompt(codec, args.prefill_tokens, salt=args.salt * 1000 + _PREFILL_SALT + r), 1)
+        runs.append({"prefill_tokens": final["prompt_tokens"], "cached_tokens": final["cached_tokens"],
+                     "engine_prefill_s": final["time_prefill"]})
     return runs
 
 

@@ -12,10 +12,15 @@ Usage:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
 import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,9 +44,12 @@ class ResolvedModel:
     is_embedded: bool = False
 
 
+def _file_name(name: str) -> str:
+    return re.sub(r"[^\w.-]+", "_", name).strip("_")
+
+
 def _manifest_path(locks_dir: Path, name: str) -> Path:
-    safe = re.sub(r"[^\w.-]+", "_", name).strip("_")
-    return locks_dir / "models" / f"{safe}.json"
+    return locks_dir / "models" / f"{_file_name(name)}.json"
 
 
 def _local(model_dir: Path, *, name: str, source: str, locks_dir: Path, embedded: bool = False) -> ResolvedModel:
@@ -58,8 +66,7 @@ def _local(model_dir: Path, *, name: str, source: str, locks_dir: Path, embedded
     manifest = build_manifest(model_dir, previous)
     manifest.update(model_dir=str(model_dir.resolve()), source=source)
     if manifest != previous:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(manifest, indent=1) + "\n")
+        _write_atomically(path, json.dumps(manifest, indent=1) + "\n")
     return ResolvedModel(path=model_dir.resolve(), name=name, manifest_hash=manifest["manifest_hash"],
                          manifest_path=path, source=source, is_embedded=embedded)
 
@@ -74,7 +81,11 @@ def _hub(repo_spec: str, *, locks_dir: Path, cache_dir: Path) -> ResolvedModel:
     except ImportError as exc:
         raise ModelSourceError("downloading from the Hub needs huggingface_hub: pip install huggingface_hub") from exc
     try:
-        local = Path(snapshot_download(repo_id=repo, revision=revision, cache_dir=str(cache_dir)))
+        # huggingface_hub locks each file itself; ours makes workers wait for one whole snapshot
+        with _locked(cache_dir / f"{_file_name(repo_spec)}.lock"):
+            local = Path(snapshot_download(repo_id=repo, revision=revision, cache_dir=str(cache_dir)))
+    except ModelSourceError:
+        raise
     except Exception as exc:  # network, auth, unknown revision: all end the same way for the user
         raise ModelSourceError(f"could not download {repo}@{revision}: {exc}") from exc
     manifest = build_manifest(local)
@@ -85,8 +96,7 @@ def _hub(repo_spec: str, *, locks_dir: Path, cache_dir: Path) -> ResolvedModel:
             f"{locked['manifest_hash'][:12]}{' (files differ: ' + ', '.join(sorted(bad)) + ')' if bad else ''}"
         )
     manifest.update(model_dir=str(local), source=repo_spec, repo=repo, revision=revision)
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    lock_path.write_text(json.dumps(manifest, indent=1) + "\n")
+    _write_atomically(lock_path, json.dumps(manifest, indent=1) + "\n")
     return ResolvedModel(path=local, name=f"{repo.split('/')[-1]}@{revision}", manifest_hash=manifest["manifest_hash"],
                          manifest_path=lock_path, source=repo_spec)
 
@@ -104,13 +114,61 @@ def resolve_model(spec: str | None, *, locks_dir: Path, cache_dir: Path) -> Reso
     if spec is None or spec == EMBEDDED_DEFAULT:
         from serving.synthetic.tiny import write_tiny_model
 
-        target = cache_dir / "tiny-seed0"
-        if not (target / "model.safetensors").exists():
-            log.info("generating the embedded default model (tiny synthetic Qwen3_5) in %s", target)
-            write_tiny_model(target, seed=0)
+        target = materialize(cache_dir / "tiny-seed0", lambda out: write_tiny_model(out, seed=0),
+                             what="the embedded default model (tiny synthetic Qwen3_5)")
         # Its manifest lives beside it: a generated model is not a pinned input of the repository.
         return _local(target, name="tiny-synthetic", source=EMBEDDED_DEFAULT, locks_dir=cache_dir, embedded=True)
     path = Path(os.path.expanduser(spec))
     if path.exists() or not _HUB_ID.match(spec):
         return _local(path, name=path.resolve().name, source=spec, locks_dir=locks_dir)
     return _hub(spec, locks_dir=locks_dir, cache_dir=cache_dir)
+
+
+def materialize(target: Path, build: Callable[[Path], object], *, what: str) -> Path:
+    """`target`, built by `build(folder)` once, safely when several workers ask at the same moment.
+
+    Under an exclusive lock file the first worker builds into a temporary sibling and renames it
+    into place; the others wait on the lock and find it complete. A folder counts as complete only
+    with its marker beside it (written after the rename), so a build killed half-way is redone,
+    never hashed; the marker stays outside the folder, out of the model's manifest.
+    """
+    complete = target.with_name(target.name + ".complete")
+    if complete.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(target.with_name(target.name + ".lock")):
+        if complete.exists():  # another worker built it while this one waited
+            return target
+        log.info("generating %s in %s", what, target)
+        partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            build(partial)
+            if target.exists():  # an unfinished or unmarked earlier build
+                shutil.rmtree(target)
+            os.rename(partial, target)
+            complete.write_text("")
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+    return target
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+        yield
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Readers (another worker) see the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

@@ -115,9 +115,9 @@ def _measure_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-cached-tokens",
         type=int,
-        default=0,
-        help="cached prompt tokens tolerated per run; raise only for servers that reuse the chat template's "
-        "first tokens (llama.cpp's slot cache)",
+        default=None,
+        help="cached prompt tokens tolerated per run (default: the opening every prompt shares, as the server "
+        "reports it on unique prompts, plus 4 tokens of chance nonce match)",
     )
     p.add_argument(
         "--extra-body",
@@ -144,8 +144,20 @@ def _compare_parser() -> argparse.ArgumentParser:
     p.add_argument("--noise-floor", type=Path, nargs=2, metavar=("A", "B"), help="same config, two launches")
     p.add_argument("--min-effect", type=float, default=0.01, help="smallest relative difference ever called")
     p.add_argument("--noise-factor", type=float, default=2.0, help="margin = factor x noise floor")
+    p.add_argument(
+        "--metrics",
+        choices=("all", "client", "server"),
+        default="all",
+        help="which timings to compare (a peer server that reports no timings of its own: client); "
+        "a chosen metric that either side lacks is an error, never skipped",
+    )
     p.add_argument("--json", type=Path)
     return p
+
+
+def _chosen_metrics(which: str, *sides: dict) -> list[str]:
+    names = sorted({m for side in sides for m in side})
+    return names if which == "all" else [m for m in names if f"_{which}@" in m]
 
 
 def _noise_parser() -> argparse.ArgumentParser:
@@ -232,9 +244,14 @@ def _compare(argv: Sequence[str], console: Console) -> int:
         a, b = (_load(p) for p in args.noise_floor)
         floor = noise_floor(a.samples(), b.samples())
         render_noise_floor(floor, console)
-    comparisons = compare(
-        _load(args.baseline).samples(), _load(args.candidate).samples(), rule=rule, noise_floor=floor
-    )
+    else:
+        console.print(
+            "[yellow]no --noise-floor: launch-to-launch noise is unknown, so margins are the minimum "
+            f"effect ({rule.min_effect_rel:.1%}) alone[/yellow]"
+        )
+    baseline, candidate = _load(args.baseline), _load(args.candidate)
+    metrics = _chosen_metrics(args.metrics, baseline.samples(), candidate.samples())
+    comparisons = compare(baseline.samples(), candidate.samples(), rule=rule, noise_floor=floor, metrics=metrics)
     render_comparisons(comparisons, console)
     for c in comparisons:
         print(f"{c.metric}: {c.verdict} {c.ratio:.4f}")

@@ -5,7 +5,8 @@
     ├── CorpusError          the bundled prompt corpus is missing or does not match its pins
     ├── ServerUnreachable    no HTTP answer from the server at all (refused, timed out, reset)
     ├── ServerRejected       the server refused the set-up requests (auth, unknown model, 4xx)
-    └── ProtocolError        the server answered, but not in the OpenAI shape bench needs
+    ├── ProtocolError        the server answered, but not in the OpenAI shape bench needs
+    └── MissingMetric        a comparison asked for a metric one side (or the noise floor) lacks
 
 A failed *measured* request is not an exception: it is data (`RequestResult.ok is False` with its
 `error`), and the point it belongs to records it as an invalid run.
@@ -17,6 +18,7 @@ __all__ = [
     "BenchConfigError",
     "BenchError",
     "CorpusError",
+    "MissingMetric",
     "ProtocolError",
     "ServerRejected",
     "ServerUnreachable",
@@ -49,3 +51,7 @@ class ServerRejected(BenchError):
 
 class ProtocolError(BenchError):
     """The server's answer is not the OpenAI shape bench relies on (e.g. no usage.prompt_tokens)."""
+
+
+class MissingMetric(BenchError):
+    """A comparison needs a metric that one side, or the noise floor, did not measure."""

@@ -56,7 +56,9 @@ class BenchPlan:
     decode_target_rel_ci: float = 0.02
     size_tolerance_rel: float = 0.03  # prompt size within this of the target before measuring
     max_size_attempts: int = 3  # warm-ups spent at most per point on reaching that size
-    max_cached_tokens: int = 0  # a run with more cached prompt tokens is a prefix-cache hit
+    # a run with more cached prompt tokens is a prefix-cache hit; None: the server's shared opening
+    # (learned from its own reports on unique prompts) plus a few tokens of chance nonce match
+    max_cached_tokens: int | None = None
     api: Api = "chat"
     request_timeout_s: float = 900.0
     gpu_index: int | None = 0  # NVML index of the server's GPU; None: no telemetry
@@ -101,8 +103,8 @@ class BenchPlan:
             raise BenchConfigError(
                 f"extra_body may not set {clash}: bench sets them itself (greedy, streaming, fixed length)"
             )
-        if self.request_timeout_s <= 0 or self.max_cached_tokens < 0:
-            raise BenchConfigError("request_timeout_s must be positive and max_cached_tokens >= 0")
+        if self.request_timeout_s <= 0 or (self.max_cached_tokens is not None and self.max_cached_tokens < 0):
+            raise BenchConfigError("request_timeout_s must be positive and max_cached_tokens >= 0 (or None)")
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

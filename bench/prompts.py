@@ -2,7 +2,8 @@
 
 Every prompt starts with its own nonce, so its first tokens differ from every other prompt's and no
 prefix cache (exllamav3 pages, vLLM blocks, radix trees, recurrent-state checkpoints) can match any
-of it: repeated prompts hit the cache and flatter prefill. The text after the nonce is real problems
+of it beyond what the server puts before it (a chat template's fixed opening, a BOS): repeated
+prompts hit the cache and flatter prefill. The text after the nonce is real problems
 (math, code, multiple choice), never random tokens, because speculative decoding depends on it.
 
 Sizes are asked in tokens of the served model, which bench cannot tokenize itself. `TokenScale`
@@ -34,6 +35,7 @@ _INSTRUCTIONS: dict[PromptKind, str] = {
 }
 _LABELS: dict[PromptKind, str] = {"math": "Mathematics", "code": "Python", "mc": "Multiple choice"}
 _STRIDE = 7919  # a prime: consecutive serials start far apart in the corpus
+_NONCE_LETTERS = 10
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -99,8 +101,14 @@ class PromptSource:
         self._corpus = corpus if corpus is not None else load_corpus()
 
     def _nonce(self, serial: int) -> str:
-        # unique prefix per request: repeated prompts hit the prefix cache and flatter prefill
-        return f"Session {self._salt}-{serial:05d}."
+        """Unique from its first character: the prompt's very first tokens differ from every other's.
+
+        A tag that began with text shared by the run (the salt, "Session") would be a prefix the
+        server caches: 13 tokens of every prompt on exllamav3. Letters, not digits: tokenizers that
+        split digits one by one would share a first token with every tenth prompt.
+        """
+        digest = hashlib.sha256(f"{self._salt}:{serial}".encode()).digest()
+        return "".join(chr(ord("a") + b % 26) for b in digest[:_NONCE_LETTERS]).capitalize() + "."
 
     def probe(self, chars: int, serial: int) -> Prompt:
         """A mixed prompt used only to learn the server's token scale (and to warm it up)."""

@@ -355,6 +355,10 @@ class ServerProfile:
     reports_cached_tokens: bool  # usage.prompt_tokens_details.cached_tokens seen
     reports_timings: bool  # usage.timings.prefill_s / decode_s seen
     server_info: dict[str, Any] | None = field(default=None)  # GET /v1/server_info, where it exists
+    # prompt tokens the server caches for every prompt (its chat template's fixed opening, a BOS),
+    # learned from its reports on unique set-up prompts; None: not reported, or from an older record
+    shared_prefix_tokens: int | None = None
+    max_cached_tokens: int | None = None  # the limit runs were judged by (more cached: a cache hit)
 
 
 def _points(rows: list[dict[str, Any]], cls: type, keys: tuple[str, ...]) -> tuple[Any, ...]:

@@ -25,11 +25,11 @@ The "are these different?" rule (DifferenceRule, used by compare):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from bench.errors import BenchConfigError
+from bench.errors import BenchConfigError, MissingMetric
 
 __all__ = [
     "Comparison",
@@ -272,7 +272,10 @@ def compare_one(
     rule: DifferenceRule = DifferenceRule(),
     floor_rel: float | None = None,
 ) -> Comparison:
-    """Apply the difference rule to one metric's samples (both non-empty, positive rates)."""
+    """Apply the difference rule to one metric's samples (both non-empty, positive rates).
+
+    `floor_rel` None: no launch-to-launch floor is known, and the margin is the minimum effect.
+    """
     base, cand = summarize(baseline, rule.confidence), summarize(candidate, rule.confidence)
     if base.min <= 0 or cand.min <= 0:
         raise BenchConfigError(f"{metric}: rates must be positive to form a ratio")
@@ -300,13 +303,33 @@ def compare(
     baseline: Mapping[str, Sequence[float]],
     candidate: Mapping[str, Sequence[float]],
     *,
+    noise_floor: NoiseFloor | None,
     rule: DifferenceRule = DifferenceRule(),
-    noise_floor: NoiseFloor | None = None,
+    metrics: Iterable[str] | None = None,
 ) -> tuple[Comparison, ...]:
-    """Compare every metric both sides measured; metrics with no samples on a side are skipped."""
-    out = []
-    for metric in sorted(set(baseline) & set(candidate)):
-        if baseline[metric] and candidate[metric]:
-            floor = noise_floor.of(metric) if noise_floor is not None else None
-            out.append(compare_one(metric, baseline[metric], candidate[metric], rule=rule, floor_rel=floor))
-    return tuple(out)
+    """Compare `metrics` (default: every metric either side measured), one Comparison each.
+
+    Nothing unmeasured is compared, and nothing is skipped: a metric without samples on either
+    side, or missing from a given noise floor, raises MissingMetric naming it. `noise_floor` None
+    states that no launch-to-launch floor is known: the margin is then the rule's minimum effect.
+    """
+    wanted = sorted(set(metrics) if metrics is not None else {*baseline, *candidate})
+    missing = [
+        f"{m} ({'baseline' if not baseline.get(m) else 'candidate'} has no samples)"
+        for m in wanted
+        if not baseline.get(m) or not candidate.get(m)
+    ]
+    if noise_floor is not None:
+        missing += [f"{m} (the noise floor lacks it)" for m in wanted if noise_floor.of(m) is None]
+    if missing:
+        raise MissingMetric(f"cannot compare what was not measured: {'; '.join(missing)}")
+    return tuple(
+        compare_one(
+            m,
+            baseline[m],
+            candidate[m],
+            rule=rule,
+            floor_rel=noise_floor.of(m) if noise_floor is not None else None,
+        )
+        for m in wanted
+    )

@@ -1,9 +1,12 @@
 """Test doubles at bench's outside boundaries: a server with a prefix cache, and NVML.
 
 `PrefixCachingFakeServer` speaks just enough streaming OpenAI chat to be measured, and reports
-`cached_tokens` the way a paged prefix cache would (exllamav3 pages, vLLM blocks): the longest
-prefix shared with any earlier prompt, in whole pages. It lets a test show that bench's prompts
-defeat such a cache and that bench flags a hit when prompts repeat. `stall_posts` makes chosen
+`cached_tokens` the way a prefix cache would (exllamav3, vLLM blocks): the longest prefix of the
+templated prompt shared with any earlier one, in whole pages (`page_tokens=1`: token-exact, as
+exllamav3 reports). With `system_prompt` its chat template opens every prompt with the same system
+message, as Qwen2.5's does, so a real cache finds that opening in every prompt. It lets a test show
+that bench's prompts defeat such a cache beyond the opening and that bench flags a hit when prompts
+repeat. `stall_posts` makes chosen
 requests stall before answering, as a first-time kernel compile does on a GPU server.
 
 `FakeNvml` stands in for pynvml (no GPU here): it reports a busy GPU, and an idle one while the
@@ -25,9 +28,19 @@ class PrefixCachingFakeServer:
     """A loopback HTTP server on a free port; use as a context manager, read `.url`."""
 
     def __init__(
-        self, api_key: str | None = None, *, stall_posts: frozenset[int] = frozenset(), stall_s: float = 0.3
+        self,
+        api_key: str | None = None,
+        *,
+        stall_posts: frozenset[int] = frozenset(),
+        stall_s: float = 0.3,
+        system_prompt: str | None = None,
+        page_tokens: int = PAGE_TOKENS,
+        decode_ends_after: int | None = None,
     ) -> None:
         self.api_key = api_key
+        self.decode_ends_after = decode_ends_after  # end multi-token answers early, as a server ignoring ignore_eos
+        self.system_prompt = system_prompt
+        self.page_tokens = page_tokens
         self.stall_posts = stall_posts  # 1-based numbers of the POSTs that stall
         self.stall_s = stall_s
         self.stalling = False
@@ -52,7 +65,12 @@ class PrefixCachingFakeServer:
         with self._lock:
             shared = max((_common_prefix(prompt, p) for p in self.prompts), default=0)
             self.prompts.append(prompt)
-        return (shared // CHARS_PER_TOKEN) // PAGE_TOKENS * PAGE_TOKENS
+        return (shared // CHARS_PER_TOKEN) // self.page_tokens * self.page_tokens
+
+    def templated(self, content: str) -> str:
+        """ChatML, as Qwen2.5's template writes it (its default system prompt when one is set)."""
+        system = f"<|im_start|>system\n{self.system_prompt}<|im_end|>\n" if self.system_prompt else ""
+        return f"{system}<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n"
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
@@ -80,29 +98,36 @@ class PrefixCachingFakeServer:
                 if not self._authorized():
                     return
                 fake.bodies.append(body)
+                received = time.perf_counter()
                 prompt = body["messages"][0]["content"]
                 if len(fake.bodies) in fake.stall_posts:
                     fake.stalled_prompts.append(prompt)
                     fake.stalling = True
                     time.sleep(fake.stall_s)
                     fake.stalling = False
-                cached = fake.cached_tokens(prompt)
-                prompt_tokens = 5 + len(prompt) // CHARS_PER_TOKEN  # 5: the chat template
+                text = fake.templated(prompt)
+                cached = fake.cached_tokens(text)
+                prompt_tokens = len(text) // CHARS_PER_TOKEN
                 time.sleep(2e-6 * (prompt_tokens - cached))  # "prefill" only what is not cached
+                prefill_s = time.perf_counter() - received  # a stall is inside it, as a kernel compile is
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
-                for _ in range(body["max_tokens"]):
+                n, finish = body["max_tokens"], "length"
+                if fake.decode_ends_after is not None and n > 1 and n > fake.decode_ends_after:
+                    n, finish = fake.decode_ends_after, "stop"
+                for _ in range(n):
                     time.sleep(0.001)
                     self._event(
                         {"choices": [{"index": 0, "delta": {"content": " tok"}, "finish_reason": None}]}
                     )
                 usage = {
                     "prompt_tokens": prompt_tokens,
-                    "completion_tokens": body["max_tokens"],
+                    "completion_tokens": n,
                     "prompt_tokens_details": {"cached_tokens": cached},
+                    "timings": {"queue_s": 0.0, "prefill_s": prefill_s, "decode_s": 0.001 * n},
                 }
-                self._event({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+                self._event({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
                 self._event({"choices": [], "usage": usage})
                 self.wfile.write(b"data: [DONE]\n\n")
 

@@ -95,10 +95,11 @@ def test_compare_and_noise_floor_read_stored_results(ours, peer, tmp_path, capsy
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(result.to_dict()))
         paths.append(str(path))
-    assert (
-        main(["compare", *paths, "--noise-floor", paths[0], paths[0], "--json", str(tmp_path / "cmp.json")])
-        == 0
-    )
+    # the peer reports no server timings: comparing them is refused by name, never skipped
+    assert main(["compare", *paths, "--noise-floor", paths[0], paths[0]]) == 1
+    assert "prefill_tok_per_s_server@512 (candidate has no samples)" in capsys.readouterr().out
+    argv = ["compare", *paths, "--metrics", "client", "--noise-floor", paths[0], paths[0]]
+    assert main([*argv, "--json", str(tmp_path / "cmp.json")]) == 0
     out = capsys.readouterr().out
     assert "prefill_tok_per_s_client@512: " in out
     comparisons = json.loads((tmp_path / "cmp.json").read_text())["comparisons"]

@@ -135,6 +135,46 @@ def test_repeated_prompts_are_caught_as_cache_hits_and_never_averaged():
     assert again.samples() == {}
 
 
+QWEN25_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+
+def test_a_chat_templates_shared_opening_is_expected_and_only_computed_tokens_are_counted():
+    """Qwen2.5's template opens every prompt with one system prompt, and a real prefix cache reuses it."""
+    with PrefixCachingFakeServer(system_prompt=QWEN25_SYSTEM, page_tokens=1) as server:
+        result = run_bench(FAKE_PLAN, Endpoint(url=server.url))
+    # the template up to the user's text, in the fake's tokens
+    opening = server.templated("").index("<|im_end|>\n<|im_start|>assistant") // 4
+    assert result.server.shared_prefix_tokens is not None
+    assert opening <= result.server.shared_prefix_tokens <= opening + 4
+    assert result.server.max_cached_tokens == result.server.shared_prefix_tokens + 4
+    assert result.invalid_runs == 0
+    measured = [r for p in (*result.prefill, *result.decode) for r in p.runs]
+    assert all(r.cached_tokens >= opening for r in measured)  # the opening was cached every time...
+    for r in measured:  # ...and the rate counts only what was computed
+        assert r.prefill_tok_per_s_client == pytest.approx((r.prompt_tokens - r.cached_tokens) / r.prefill_time_client_s)
+    assert set(result.samples()) >= {"prefill_tok_per_s_client@512", "prefill_tok_per_s_client@2048",
+                                     "decode_tok_per_s_client@512/math"}
+
+
+def test_behind_a_shared_opening_a_repeated_prompt_is_still_a_cache_hit():
+    with PrefixCachingFakeServer(system_prompt=QWEN25_SYSTEM, page_tokens=1) as server:
+        run_bench(FAKE_PLAN, Endpoint(url=server.url))
+        again = run_bench(FAKE_PLAN, Endpoint(url=server.url))  # same salt: the same prompts again
+    for point in (*again.prefill, *again.decode):
+        assert not point.valid_runs
+        assert all(reason.startswith("prefix-cache hit") for reason in point.invalid_reasons)
+    assert again.samples() == {}
+
+
+def test_an_explicit_cache_limit_overrides_the_learned_opening():
+    plan = dataclasses.replace(FAKE_PLAN, max_cached_tokens=0)
+    with PrefixCachingFakeServer(system_prompt=QWEN25_SYSTEM, page_tokens=1) as server:
+        result = run_bench(plan, Endpoint(url=server.url))
+    assert result.server.max_cached_tokens == 0
+    assert result.samples() == {}  # every run cached the opening: over a limit of 0
+    assert all("prefix-cache hit" in reason for p in result.prefill for reason in p.invalid_reasons)
+
+
 def test_the_completions_endpoint_is_measured_the_same_way(tiny_server):
     plan = BenchPlan(
         api="completions",

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.errors import BenchConfigError
+from bench.errors import BenchConfigError, MissingMetric
 from bench.stats import (
     DifferenceRule,
+    NoiseFloor,
     compare,
     compare_one,
     drift_rel,
@@ -110,9 +111,22 @@ def test_rule_parameters_are_checked():
         DifferenceRule(confidence=1.0)
 
 
-def test_compare_skips_metrics_one_side_lacks():
-    out = compare({"a": [1.0, 1.0, 1.0], "b": [2.0]}, {"a": [1.0, 1.0, 1.0], "c": [3.0]})
+def test_compare_refuses_metrics_one_side_lacks_and_names_them():
+    with pytest.raises(MissingMetric, match=r"b \(candidate has no samples\); c \(baseline has no samples\)"):
+        compare({"a": [1.0, 1.0, 1.0], "b": [2.0]}, {"a": [1.0, 1.0, 1.0], "c": [3.0]}, noise_floor=None)
+    with pytest.raises(MissingMetric, match="a \\(candidate has no samples"):
+        compare({"a": [1.0]}, {"a": []}, noise_floor=None)
+    out = compare({"a": [1.0, 1.0, 1.0], "b": [2.0]}, {"a": [1.0, 1.0, 1.0], "c": [3.0]}, noise_floor=None,
+                  metrics=["a"])
     assert [c.metric for c in out] == ["a"]
+
+
+def test_a_noise_floor_without_the_metric_is_not_zero_noise():
+    floor = NoiseFloor(rel_diff=(("a", 0.1),))
+    with pytest.raises(MissingMetric, match="b \\(the noise floor lacks it\\)"):
+        compare({"a": [1.0], "b": [1.0]}, {"a": [1.0], "b": [1.0]}, noise_floor=floor)
+    (c,) = compare({"a": [1.0] * 3}, {"a": [1.15] * 3}, noise_floor=floor)
+    assert c.margin_rel == pytest.approx(0.2) and c.verdict == "same"  # 15% faster, inside 2 x 10% noise
 
 
 # ---- recorded data: two launches of one configuration, and one launch of a slower one ----

@@ -16,7 +16,6 @@ from search_space.budget import (
     gpu_memory_bytes,
     parse_bytes,
     require_fit,
-    resolve_vram_bytes,
 )
 from search_space.calibration import Calibration, MemoryObservation
 from search_space.catalog import EXL3_KNOBS, TRANSFORMERS_KNOBS, catalog_for
@@ -86,7 +85,6 @@ __all__ = [
     "read_model_info",
     "read_safetensors_header",
     "require_fit",
-    "resolve_vram_bytes",
     "sample_config",
     "sample_values",
     "validate_catalog",

@@ -20,7 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
-from search_space.budget import Budget, check_fit, gpu_memory_bytes, resolve_vram_bytes
+from search_space.budget import Budget, check_fit, gpu_memory_bytes, parse_bytes
 from search_space.domains import USE_DEFAULT, UseDefault
 from search_space.errors import BudgetError, SearchSpaceError, SpaceError
 from search_space.knobs import SpaceContext
@@ -28,7 +28,7 @@ from search_space.memory import MemoryModel
 from search_space.model_info import read_model_info
 from search_space.report import SpaceSummary, render_rich, render_text, summary_dict
 from search_space.space import build_space
-from serving.config import ENGINES, default_engine
+from serving.config import ENGINES, engine_for_checkpoint
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,9 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--model", required=True, type=_directory, help="model directory (config.json + safetensors)")
     parser.add_argument("--vram", help="VRAM budget, e.g. 24GiB (an RTX 3090); default: the GPU's memory via "
-                                       "NVML. Required for the exllamav3 engine where no GPU is visible")
+                                       "NVML; without either the fit is not checked")
     parser.add_argument("--engine", choices=ENGINES, default=None,
-                        help="default: exllamav3 where CUDA is available, else transformers (CPU)")
+                        help="default: the checkpoint's (exllamav3 for an EXL3 folder, else transformers)")
     parser.add_argument("--draft-model", type=_directory, help="a DFlash draft checkpoint; enables draft_mode dflash")
     parser.add_argument("--pin", action="append", default=[], metavar="NAME=VALUE",
                         help="fix a knob (JSON value, or 'default' for exllamav3's); repeatable")
@@ -54,12 +54,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args.verbose)
-    engine = args.engine or default_engine()
+    engine = args.engine or engine_for_checkpoint(args.model)
     try:
         pinned = dict(_parse_pin(text) for text in args.pin)
         vram = None
         if engine == "exllamav3":
-            vram = resolve_vram_bytes(args.vram, gpu_memory_bytes() if args.vram is None else None)
+            vram = parse_bytes(args.vram) if args.vram else gpu_memory_bytes()
+            if vram is None:
+                Console(stderr=True).print("no GPU is visible and no --vram was given: the baseline's fit is not "
+                                           "checked (e.g. --vram 24GiB for an RTX 3090)", soft_wrap=True)
         budget = Budget(vram_bytes=vram) if vram is not None else None
     except (BudgetError, SpaceError) as exc:
         parser.error(str(exc))  # exits 2

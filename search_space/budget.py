@@ -23,7 +23,7 @@ from serving import units
 from serving.errors import ConfigError
 
 __all__ = ["DEFAULT_RESERVE_BYTES", "Budget", "FitCheck", "check_fit", "gpu_memory_bytes", "parse_bytes",
-           "require_fit", "resolve_vram_bytes"]
+           "require_fit"]
 
 log = logging.getLogger(__name__)
 
@@ -69,19 +69,6 @@ def gpu_memory_bytes() -> int | None:
         return None
     finally:
         pynvml.nvmlShutdown()
-
-
-def resolve_vram_bytes(flag: str | None, detected: int | None) -> int:
-    """The budget from `--vram`, else the detected GPU's memory.
-
-    Raises:
-        BudgetError: the flag is malformed, or it is absent and no GPU was detected.
-    """
-    if flag is not None:
-        return parse_bytes(flag)
-    if detected is None:
-        raise BudgetError("no GPU memory could be read through NVML; give the budget with --vram, e.g. --vram 24GiB")
-    return detected
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from search_space.domains import USE_DEFAULT, Categorical, FloatRange, IntRange
-from search_space.knobs import EnvVar, ExlArg, Knob, TransformersArg, When, knob_is, on_context
+from search_space.knobs import EnvVar, ExlArg, Knob, SpaceContext, TransformersArg, When, knob_is, on_context
 
 __all__ = ["EXL3_KNOBS", "TRANSFORMERS_KNOBS", "catalog_for"]
 
@@ -47,6 +47,14 @@ def _shared_chunk_tokens(fraction: Any, values: Mapping[str, Any]) -> int | None
         return None
     pages = math.ceil(values["max_chunk_size"] * fraction / PAGE_TOKENS)
     return max(1, pages) * PAGE_TOKENS
+
+
+def _drafters_default(context: SpaceContext, values: Mapping[str, Any]) -> int:
+    """What exllamav3's Generator drafts per step when num_draft_tokens is None (generator.py:265-275)."""
+    draft = context.draft_model
+    if values.get("draft_mode") == "dflash" and draft is not None and draft.dflash_block_size:
+        return min(16, draft.dflash_block_size - 1)
+    return 4  # n-gram's default, and Qwen3.5 MTP's default_draft_size
 
 
 def _gen(field: str, *extra: tuple[str, str]) -> ExlArg:
@@ -105,7 +113,7 @@ EXL3_KNOBS: tuple[Knob, ...] = (
          note="lossless in distribution, not bit-identical: verify passes use other kernels"),
     Knob(name="num_draft_tokens", domain=IntRange(1, 16), default=USE_DEFAULT,
          applied_as=ExlArg("num_draft_tokens", (("Generator", "num_draft_tokens"), ("Cache", "max_history"))),
-         applies_when=(SPECULATIVE,), may_change_outputs=True,
+         applies_when=(SPECULATIVE,), may_change_outputs=True, resolved_default=_drafters_default,
          note="default: the drafter's (MTP 4, n-gram 4, DFlash block_size - 1)"),
     Knob(name="ngram_match_min", domain=IntRange(1, 8), default=2, applied_as=_gen("ngram_match_min"),
          applies_when=(knob_is("draft_mode", "ngram"),), may_change_outputs=True,

@@ -140,6 +140,12 @@ class Knob:
     choice_requires: tuple[tuple[Any, When], ...] = ()
     # Field value from the knob's value and the earlier ones; None: the value itself (USE_DEFAULT → None)
     to_field: Callable[[Any, Mapping[str, Any]], Any] | None = field(default=None, repr=False, compare=False)
+    # Where `default` is USE_DEFAULT outside the domain (exllamav3 decides at run time), the value
+    # exllamav3 would choose, from the context and the earlier values: what a knob that a change
+    # activates takes (num_draft_tokens under draft_mode=ngram: 4)
+    resolved_default: Callable[[SpaceContext, Mapping[str, Any]], Any] | None = field(
+        default=None, repr=False, compare=False
+    )
     note: str = ""
 
     @property
@@ -152,6 +158,12 @@ class Knob:
 
     def is_active(self, context: SpaceContext, values: Mapping[str, Any]) -> bool:
         return all(w.holds(context, values) for w in self.applies_when)
+
+    def default_under(self, context: SpaceContext, values: Mapping[str, Any]) -> Any:
+        """The default as a value of the domain where the knob has a resolved one, else `default`."""
+        if self.resolved_default is not None and not self.domain.contains(self.default):
+            return self.resolved_default(context, values)
+        return self.default
 
     def field_value(self, value: Any, values: Mapping[str, Any]) -> Any:
         if self.to_field is not None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from search_space.errors import ModelInfoError
+from serving.config import quantization_config
 
 __all__ = ["ModelInfo", "TensorInfo", "WeightGroup", "read_model_info", "read_safetensors_header"]
 
@@ -228,16 +229,10 @@ def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
 
 
 def _quantization_config(directory: Path, config: dict[str, Any]) -> dict[str, Any]:
-    qcfg = config.get("quantization_config")
-    if qcfg is None and isinstance(config.get("text_config"), dict):
-        qcfg = config["text_config"].get("quantization_config")
-    path = directory / "quantization_config.json"
-    if qcfg is None and path.is_file():
-        try:
-            qcfg = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ModelInfoError(f"cannot read {path}: {exc}") from exc
-    return qcfg if isinstance(qcfg, dict) else {}
+    try:
+        return quantization_config(directory, config)
+    except (OSError, ValueError) as exc:
+        raise ModelInfoError(f"cannot read {directory / 'quantization_config.json'}: {exc}") from exc
 
 
 def _model_info_from(directory: Path, config: dict, qcfg: dict, tensors: dict[str, TensorInfo]) -> ModelInfo:

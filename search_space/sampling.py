@@ -30,7 +30,7 @@ __all__ = ["baseline_params", "config_from_params", "distributions", "sample_con
 
 def sample_values(trial: optuna.trial.BaseTrial, space: SearchSpace) -> dict[str, Any]:
     """Suggest every knob that is active under the values suggested before it."""
-    return space.walk(lambda knob: knob.domain.suggest(trial, knob.name))
+    return space.walk(lambda knob, _: knob.domain.suggest(trial, knob.name))
 
 
 def sample_config(trial: optuna.trial.BaseTrial, space: SearchSpace) -> ServingConfig:
@@ -38,13 +38,16 @@ def sample_config(trial: optuna.trial.BaseTrial, space: SearchSpace) -> ServingC
     return space.to_config(sample_values(trial, space))
 
 
-def baseline_params(space: SearchSpace) -> dict[str, Any]:
-    """Trial parameters of the all-defaults configuration, for `study.enqueue_trial`.
+def baseline_params(space: SearchSpace, changes: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Trial parameters of the all-defaults configuration with `changes`, for `study.enqueue_trial`.
+
+    A knob that a change activates (num_draft_tokens under draft_mode=ngram) takes its default.
 
     Raises:
         CatalogError: a default active in the baseline lies outside its (narrowed) domain.
+        SpaceError: a change is outside its domain or does not apply (SearchSpace.values_with).
     """
-    values = space.baseline_values()
+    values = space.values_with(changes or {})
     return {name: space.knob(name).domain.to_param(value) for name, value in values.items()
             if name not in space.pinned}
 
@@ -56,7 +59,7 @@ def config_from_params(space: SearchSpace, params: Mapping[str, Any]) -> Serving
         SpaceError: a needed parameter is missing, outside its domain, or a parameter is not used.
     """
 
-    def pick(knob: Knob) -> Any:
+    def pick(knob: Knob, _: Mapping[str, Any]) -> Any:
         if knob.name not in params:
             raise SpaceError(f"trial parameters lack {knob.name!r}, which is active ({knob.describe_when()})")
         value = knob.domain.from_param(params[knob.name])

@@ -49,26 +49,48 @@ class SearchSpace:
         """The knobs a trial samples (the pinned ones are fixed)."""
         return tuple(k for k in self.knobs if k.name not in self.pinned)
 
-    def walk(self, pick: Callable[[Knob], Any]) -> dict[str, Any]:
-        """Values of the knobs active under the values picked so far, in catalog order."""
+    def walk(self, pick: Callable[[Knob, Mapping[str, Any]], Any]) -> dict[str, Any]:
+        """Values of the knobs active under the values picked so far, in catalog order.
+
+        `pick(knob, values_so_far)` gives each active, unpinned knob's value.
+        """
         values: dict[str, Any] = {}
         for knob in self.knobs:
             if knob.is_active(self.context, values):
-                values[knob.name] = self.pinned[knob.name] if knob.name in self.pinned else pick(knob)
+                values[knob.name] = self.pinned[knob.name] if knob.name in self.pinned else pick(knob, values)
         return values
 
     def baseline_values(self) -> dict[str, Any]:
         """Every active knob at its default: stock exllamav3 (or the CPU engine's defaults)."""
+        return self.values_with({})
 
-        def default(knob: Knob) -> Any:
-            if not knob.domain.contains(knob.default):
+    def values_with(self, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """The defaults with `changes`; a knob that a change activates takes its default unless named.
+
+        Raises:
+            SpaceError: a change is outside its knob's domain, or names a knob inactive under the others.
+            CatalogError: an active knob's default lies outside its (narrowed) domain.
+        """
+
+        def value(knob: Knob, values: Mapping[str, Any]) -> Any:
+            if knob.name in changes:
+                if not knob.domain.contains(changes[knob.name]):
+                    raise SpaceError(f"{knob.name}={changes[knob.name]!r} is outside {knob.domain.describe()}")
+                return changes[knob.name]
+            default = knob.default_under(self.context, values)
+            if not knob.domain.contains(default):
                 raise CatalogError(
-                    f"knob {knob.name!r} default {knob.default!r} is not in its domain {knob.domain.describe()} "
+                    f"knob {knob.name!r} default {default!r} is not in its domain {knob.domain.describe()} "
                     f"for this model, so the baseline cannot be enqueued; pin the knob"
                 )
-            return knob.default
+            return default
 
-        return self.walk(default)
+        values = self.walk(value)
+        inactive = sorted(set(changes) - set(values))
+        if inactive:
+            knob = self.knob(inactive[0])
+            raise SpaceError(f"{knob.name} does not apply with these values: it needs {knob.describe_when()}")
+        return values
 
     def baseline_config(self) -> ServingConfig:
         return self.to_config(self.baseline_values())

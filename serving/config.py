@@ -18,6 +18,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, Literal
 
 from serving.errors import ConfigError
@@ -27,7 +28,7 @@ __all__ = [
     "Exl3Args",
     "ServingConfig",
     "TransformersArgs",
-    "default_engine",
+    "engine_for_checkpoint",
 ]
 
 ENGINES = ("exllamav3", "transformers")
@@ -216,13 +217,33 @@ class ServingConfig:
         return dataclasses.replace(self, args=dataclasses.replace(self.args, **changes))
 
 
-def default_engine() -> str:
-    """exllamav3 where CUDA is available, the transformers CPU engine elsewhere."""
+def quantization_config(model_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's quantization_config: in config.json, its text_config, or quantization_config.json.
+
+    Raises:
+        OSError, ValueError: quantization_config.json exists but cannot be read as JSON.
+    """
+    qcfg = config.get("quantization_config")
+    if qcfg is None and isinstance(config.get("text_config"), dict):
+        qcfg = config["text_config"].get("quantization_config")
+    path = Path(model_dir) / "quantization_config.json"
+    if qcfg is None and path.is_file():
+        qcfg = json.loads(path.read_text())
+    return qcfg if isinstance(qcfg, dict) else {}
+
+
+def engine_for_checkpoint(model_dir: Path) -> str:
+    """The engine that can load this checkpoint: exllamav3 for EXL3, the transformers engine otherwise.
+
+    The checkpoint decides, not the machine: an EXL3 folder on a machine without CUDA still means
+    exllamav3 (which then says it needs a GPU), never a CPU engine that cannot read its weights.
+    """
     try:
-        import torch
-    except ImportError:
-        return "transformers"
-    return "exllamav3" if torch.cuda.is_available() else "transformers"
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+        method = quantization_config(model_dir, config).get("quant_method") if isinstance(config, dict) else None
+    except (OSError, ValueError):
+        method = None  # not a readable model folder: the engine's own loader says why
+    return "exllamav3" if method == "exl3" else "transformers"
 
 
 def _build_args(engine: str, data: Any) -> Any:

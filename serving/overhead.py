@@ -29,7 +29,7 @@ from pathlib import Path
 
 import httpx
 
-from serving.config import ServingConfig, default_engine
+from serving.config import ServingConfig, engine_for_checkpoint
 from serving.units import parse_bytes
 
 __all__ = ["main"]
@@ -189,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(_direct(args)))
         return 0
     config = ServingConfig.from_json(
-        args.config.read_text() if args.config else "{}", default_engine_name=default_engine()
+        args.config.read_text() if args.config else "{}", default_engine_name=engine_for_checkpoint(args.model)
     )
     if config.engine != "exllamav3":
         print(

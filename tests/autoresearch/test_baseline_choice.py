@@ -58,7 +58,19 @@ def test_a_study_refuses_to_resume_against_another_baseline(tmp_path, q27):
     open_study(plan, _space(plan))  # the same baseline resumes
 
 
+def test_an_enqueued_change_activates_knobs_at_their_defaults_unless_named(tmp_path, q27):
+    plan = _plan(tmp_path, q27, enqueued=({"draft_mode": "ngram"}, {"draft_mode": "ngram", "num_draft_tokens": 6}))
+    space = _space(plan)
+    study = open_study(plan, space)
+    _, plain, named = (t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,)))
+    assert plain["draft_mode"] == "ngram"
+    assert plain["num_draft_tokens"] == 4  # what exllamav3 drafts per step by default with n-gram drafting
+    assert plain["ngram_match_min"] == space.knob("ngram_match_min").default
+    assert named["num_draft_tokens"] == 6
+
+
 @pytest.mark.parametrize(("changes", "message"), [
+    ({"num_draft_tokens": 4}, "does not apply with these values: it needs"),
     ({"no_such_knob": 1}, "not a knob of this search space"),
     ({"cache_slots": 2}, "pinned"),
     ({"max_chunk_size": 3000}, "outside"),

@@ -8,7 +8,6 @@ from search_space.budget import (
     check_fit,
     parse_bytes,
     require_fit,
-    resolve_vram_bytes,
 )
 from search_space.calibration import Calibration, MemoryObservation
 from search_space.errors import BudgetError, DoesNotFit
@@ -30,13 +29,6 @@ def test_sizes_parse_with_binary_and_decimal_units(text, expected):
 def test_ambiguous_or_malformed_sizes_are_refused_with_an_example(text):
     with pytest.raises(BudgetError, match="24GiB|positive"):
         parse_bytes(text)
-
-
-def test_the_flag_wins_over_the_detected_gpu_and_absence_of_both_is_an_error():
-    assert resolve_vram_bytes("24GiB", detected=141 * GiB) == 24 * GiB
-    assert resolve_vram_bytes(None, detected=141 * GiB) == 141 * GiB
-    with pytest.raises(BudgetError, match="--vram"):
-        resolve_vram_bytes(None, detected=None)
 
 
 def test_a_budget_must_leave_room_after_its_reserve():

@@ -126,7 +126,7 @@ def full_space(qwen27b_mtp_dir, dflash_dir):
 
 
 def _config(space, **overrides):
-    return space.to_config(space.walk(lambda knob: overrides.get(knob.name, knob.default)))
+    return space.to_config(space.walk(lambda knob, _: overrides.get(knob.name, knob.default)))
 
 
 EXL3_MAPPINGS = {

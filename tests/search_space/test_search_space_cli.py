@@ -96,11 +96,15 @@ def test_a_missing_model_directory_is_a_usage_error(tmp_path, capsys):
     assert exc.value.code == 2 and "is not a directory" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(gpu_memory_bytes() is not None, reason="NVML reports a GPU here, so --vram is optional")
-def test_exllamav3_without_a_gpu_needs_an_explicit_budget(qwen27b_dir, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(["--model", str(qwen27b_dir), "--engine", "exllamav3"])
-    assert exc.value.code == 2 and "--vram" in capsys.readouterr().err
+@pytest.mark.skipif(gpu_memory_bytes() is not None, reason="NVML reports a GPU here, so the fit is checked")
+def test_an_exl3_checkpoint_means_exllamav3_even_without_a_gpu(qwen27b_dir, tiny_hf_dir, capsys):
+    assert main(["--model", str(qwen27b_dir), "--json"]) == 0  # no --engine, no --vram, no GPU
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["baseline"]["engine"] == "exllamav3" and "memory" not in report
+    assert "fit is not checked" in captured.err and "--vram" in captured.err
+    assert main(["--model", str(tiny_hf_dir), "--json"]) == 0  # a Hugging Face folder: the CPU engine
+    assert json.loads(capsys.readouterr().out)["baseline"]["engine"] == "transformers"
 
 
 def test_on_a_terminal_the_knobs_are_a_rich_table(qwen27b_dir):

@@ -14,7 +14,7 @@ from autoresearch.db import ResultsDB
 from bench import BenchResult, NoiseFloor, mark_stalls
 from eval import EvalStore, FidelityMeasurement, Reference, SuiteResult
 
-__all__ = ["BaselineEvidence", "load_baseline", "save_baseline"]
+__all__ = ["BaselineEvidence", "load_baseline", "save_baseline", "stored_speed_floor"]
 
 _KEY = "baseline_evidence"
 
@@ -50,7 +50,7 @@ def load_baseline(study: optuna.Study, store: EvalStore, db: ResultsDB, study_na
     rows = db.measurements(study=study_name, kind="bench", trial=data["trial"])
     # records from before bench set stalled runs aside are judged by the same rule as new ones
     bench = mark_stalls(BenchResult.from_dict(next(r for r in rows if r["launch"] == 0)["payload"]))
-    speed_floor = NoiseFloor(rel_diff=tuple(sorted(data["speed_floor"].items()))) if data["speed_floor"] else None
+    speed_floor = stored_speed_floor(study)
     reference = store.load_reference(data["reference_model"], data["reference_probes"])
     floor_metrics = store.load_measurement(data["floor_measurement_id"])
     floor = FidelityMeasurement(measurement_id=data["floor_measurement_id"], role="noise_floor",
@@ -58,3 +58,9 @@ def load_baseline(study: optuna.Study, store: EvalStore, db: ResultsDB, study_na
     return BaselineEvidence(label=data["label"], reference=reference, fidelity_floor=floor,
                             suite=store.load_suite_result(data["suite_run_id"]) if data["suite_run_id"] else None, bench=bench, speed_floor=speed_floor,
                             trial_number=data["trial"])
+
+
+def stored_speed_floor(study: optuna.Study) -> NoiseFloor | None:
+    """The baseline's launch-to-launch speed floor, as its trial stored it (None before it ran)."""
+    data = (study.user_attrs.get(_KEY) or {}).get("speed_floor")
+    return NoiseFloor(rel_diff=tuple(sorted(data.items()))) if data else None

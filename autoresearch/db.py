@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 
-from eval.store import create_tables
+from eval.store import create_tables, to_jsonable
 
 __all__ = ["ResultsDB", "make_engine"]
 
@@ -111,7 +111,7 @@ class ResultsDB:
         with self.engine.begin() as conn:
             result = conn.execute(insert(measurements).values(
                 study=study, trial=trial, kind=kind, config_digest=config_digest, launch=launch,
-                payload=json.loads(json.dumps(payload, default=str)), created_at=_now()))
+                payload=_plain(payload), created_at=_now()))
             return result.inserted_primary_key[0]
 
     def measurements(self, *, study: str, kind: str | None = None, trial: int | None = None,
@@ -135,7 +135,7 @@ class ResultsDB:
                 study=study, trial=trial, config_digest=config_digest, model_manifest_hash=model_manifest_hash,
                 engine=engine, engine_version=server.get("engine_version"), torch_version=server.get("torch_version"),
                 gpu_name=gpu.get("name"), gpu_driver=gpu.get("driver"),
-                details=json.loads(json.dumps(details, default=str)), created_at=_now()))
+                details=_plain(details), created_at=_now()))
 
     def provenance(self, *, study: str) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
@@ -147,7 +147,7 @@ class ResultsDB:
         with self.engine.begin() as conn:
             conn.execute(insert(finalists).values(
                 study=study, round=round_, trial=trial, config_digest=config_digest, decode_tok_per_s=decode,
-                prefill_tok_per_s=prefill, verdict=json.dumps(verdict, default=str), created_at=_now()))
+                prefill_tok_per_s=prefill, verdict=json.dumps(_plain(verdict)), created_at=_now()))
 
     def finalists(self, *, study: str) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
@@ -156,3 +156,8 @@ class ResultsDB:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _plain(value):
+    """Plain JSON data; a value JSON cannot hold is a programming error, never stored as its repr."""
+    return json.loads(json.dumps(to_jsonable(value), allow_nan=False))

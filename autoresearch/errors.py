@@ -3,12 +3,16 @@
     AutoresearchError
     ├── PlanError          a CLI value or combination is invalid (also a ValueError)
     ├── ModelSourceError   the model cannot be found, downloaded or verified
-    └── StudyError         the stored study does not match this run (directions, engine, model)
+    ├── StudyError         the stored study does not match this run (directions, engine, model)
+    ├── PortUnavailable    the server port stays taken by another process: no configuration is to blame
+    └── Unmeasured         a bench result lacks a valid run at some point of the plan
+        └── BaselineUnmeasured   ...the baseline's: nothing can be judged, the study stops
 """
 
 from __future__ import annotations
 
-__all__ = ["AutoresearchError", "ModelSourceError", "PlanError", "StudyError"]
+__all__ = ["AutoresearchError", "BaselineUnmeasured", "ModelSourceError", "PlanError", "PortUnavailable", "StudyError",
+           "Unmeasured"]
 
 
 class AutoresearchError(Exception):
@@ -25,3 +29,15 @@ class ModelSourceError(AutoresearchError):
 
 class StudyError(AutoresearchError):
     """The stored study cannot be continued by this run."""
+
+
+class Unmeasured(AutoresearchError):
+    """An objective point has no valid run; the message names each point and its runs' reasons."""
+
+
+class BaselineUnmeasured(Unmeasured):
+    """The baseline could not be measured, so no candidate can be judged: the study stops."""
+
+
+class PortUnavailable(AutoresearchError):
+    """The server's port stays taken by another process; the loop stops instead of blaming a configuration."""

@@ -3,8 +3,10 @@
 The best of many noisy search measurements is biased upward (the optimizer's curse), so search
 repeats do not count here: the top feasible configurations and the baseline are each launched
 `finalist_launches` times, interleaved (baseline, A, B, baseline, A, B, ...), and the champion is
-the finalist that bench's rule calls faster than the baseline on at least one objective and slower
-on none, ranked by the geometric mean of its two speed-ups. If none qualifies, the baseline stays.
+the finalist that bench's rule calls faster than the baseline on at least one objective point and
+slower on none, ranked by the geometric mean of its two speed-ups (each the median over its
+launches). A launch that left any objective point unmeasured does not count; a finalist that
+cannot be compared on every point is not confirmed. If none qualifies, the baseline stays.
 """
 
 from __future__ import annotations
@@ -12,20 +14,23 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
+import statistics
 from dataclasses import dataclass
 
 import optuna
 
+from autoresearch.baseline import stored_speed_floor
 from autoresearch.db import ResultsDB
-from autoresearch.objectives import objectives_from_bench, speedup_score
+from autoresearch.errors import Unmeasured
+from autoresearch.objectives import objective_metrics, objectives_from_bench, speedup_score
 from autoresearch.plan import RunPlan
 from autoresearch.servers import serve
-from bench import BenchResult, Endpoint, compare, noise_floor, run_bench
+from bench import BenchResult, Endpoint, MissingMetric, NoiseFloor, compare, noise_floor, run_bench
 from bench.errors import BenchError
 from search_space import SearchSpace, config_from_params
 from serving.errors import LaunchError
 
-__all__ = ["Champion", "confirm_finalists", "feasible_front", "load_champion"]
+__all__ = ["Champion", "confirm_finalists", "feasible_front", "judge_finalist", "load_champion", "median_objectives"]
 
 log = logging.getLogger(__name__)
 _CHAMPION = "champion"
@@ -81,59 +86,36 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
     results: dict[int, list[BenchResult]] = {t.number: [] for t in order}
     for launch in range(plan.finalist_launches):
         for t in order:  # interleaved, so drift hits every configuration alike
-            config = config_from_params(space, t.params)
-            log_path = plan.study_dir / "logs" / f"final-{round_}-trial-{t.number:04d}-{launch}.log"
-            try:
-                with serve(model_dir=plan.model.path, config=config, log_path=log_path,
-                           pid_dir=plan.study_dir / "servers", port=plan.port,
-                           vram_limit_bytes=plan.vram_bytes if plan.emulate_vram else None,
-                           host_memory_limit_bytes=plan.host_memory_limit_bytes,
-                           startup_timeout_s=plan.startup_timeout_s) as server:
-                    bench_plan = dataclasses.replace(plan.bench_plan, salt=secrets.token_hex(4))
-                    result = run_bench(bench_plan, Endpoint(url=server.url))
-            except (LaunchError, BenchError) as exc:
-                log.warning("finalist trial %d launch %d failed: %s", t.number, launch, exc)
-                continue
-            results[t.number].append(result)
-            db.add_measurement(study=plan.study_name, trial=None, kind="finalist_bench", config_digest=config.digest,
-                               payload={"trial": t.number, "round": round_, "launch": launch, **result.to_dict()},
-                               launch=launch)
+            result = _launch_and_bench(plan, space, t, round_, launch, db)
+            if result is not None:
+                results[t.number].append(result)
 
     base_runs = results[baseline.number]
     if not base_runs:
-        log.error("the baseline could not be re-measured in any confirmation launch; no champion decided")
+        log.error("the baseline could not be measured in any confirmation launch; no champion decided")
         db.add_finalist(study=plan.study_name, round_=round_, trial=baseline.number,
                         config_digest=baseline.user_attrs["config_digest"], decode=None, prefill=None,
-                        verdict={"baseline": True, "reason": "every confirmation launch of the baseline failed"})
+                        verdict={"baseline": True, "reason": "no confirmation launch of the baseline was measured"})
         return None
-    base_samples = _pooled(base_runs)
-    floor = noise_floor(base_runs[0].samples(), base_runs[1].samples()) if len(base_runs) > 1 else None
-    base_values = _values(base_runs)
+    # launch-to-launch noise: from these launches when there are two, else from the search's baseline
+    floor = noise_floor(base_runs[0].samples(), base_runs[1].samples()) if len(base_runs) > 1 else \
+        stored_speed_floor(study)
+    base_values = median_objectives(base_runs)
     best: Champion | None = None
     for t in finalists:
         runs = results[t.number]
-        if not runs:
-            db.add_finalist(study=plan.study_name, round_=round_, trial=t.number,
-                            config_digest=t.user_attrs["config_digest"], decode=None, prefill=None,
-                            verdict={"qualified": False, "reason": "every confirmation launch failed"})
-            continue
-        values = _values(runs)
-        comparisons = compare(base_samples, _pooled(runs), noise_floor=floor)
-        client = [c for c in comparisons if "_client@" in c.metric]
-        faster = any(c.verdict == "faster" for c in client)
-        slower = any(c.verdict == "slower" for c in client)
-        score = speedup_score(values, base_values)
-        qualified = faster and not slower
+        verdict = judge_finalist(base_runs, runs, floor=floor) if runs else \
+            {"qualified": False, "reason": "no confirmation launch was measured"}
         db.add_finalist(study=plan.study_name, round_=round_, trial=t.number, config_digest=t.user_attrs["config_digest"],
-                        decode=values[0], prefill=values[1],
-                        verdict={"qualified": qualified, "speedup": score, "baseline_values": base_values,
-                                 "comparisons": [c.__dict__ if hasattr(c, "__dict__") else _slots(c) for c in comparisons]})
-        if qualified and (best is None or score > best.speedup):
-            best = Champion(trial=t.number, config=t.user_attrs["config"], decode_tok_per_s=values[0],
-                            prefill_tok_per_s=values[1], speedup=score, is_baseline=False)
+                        decode=verdict.get("decode"), prefill=verdict.get("prefill"), verdict=verdict)
+        if verdict["qualified"] and (best is None or verdict["speedup"] > best.speedup):
+            best = Champion(trial=t.number, config=t.user_attrs["config"], decode_tok_per_s=verdict["decode"],
+                            prefill_tok_per_s=verdict["prefill"], speedup=verdict["speedup"], is_baseline=False)
     db.add_finalist(study=plan.study_name, round_=round_, trial=baseline.number,
                     config_digest=baseline.user_attrs["config_digest"], decode=base_values[0], prefill=base_values[1],
-                    verdict={"baseline": True, "noise_floor": floor.to_dict() if floor else None})
+                    verdict={"baseline": True, "launches": len(base_runs),
+                             "noise_floor": floor.to_dict() if floor else None,
+                             "noise_floor_from": "these launches" if len(base_runs) > 1 else "the search's baseline"})
     if best is None:
         best = Champion(trial=baseline.number, config=baseline.user_attrs["config"], decode_tok_per_s=base_values[0],
                         prefill_tok_per_s=base_values[1], speedup=1.0, is_baseline=True)
@@ -145,16 +127,58 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
     return best
 
 
+def _launch_and_bench(plan: RunPlan, space: SearchSpace, t: optuna.trial.FrozenTrial, round_: int, launch: int,
+                      db: ResultsDB) -> BenchResult | None:
+    """One fresh launch of a finalist, measured and stored; None when it failed or left a point unmeasured."""
+    config = config_from_params(space, t.params)
+    log_path = plan.study_dir / "logs" / f"final-{round_}-trial-{t.number:04d}-{launch}.log"
+    try:
+        with serve(model_dir=plan.model.path, config=config, log_path=log_path, pid_dir=plan.study_dir / "servers",
+                   port=plan.port, vram_limit_bytes=plan.vram_bytes if plan.emulate_vram else None,
+                   host_memory_limit_bytes=plan.host_memory_limit_bytes,
+                   startup_timeout_s=plan.startup_timeout_s) as server:
+            result = run_bench(dataclasses.replace(plan.bench_plan, salt=secrets.token_hex(4)), Endpoint(url=server.url))
+    except (LaunchError, BenchError) as exc:
+        log.warning("finalist trial %d launch %d failed: %s", t.number, launch, exc)
+        return None
+    db.add_measurement(study=plan.study_name, trial=None, kind="finalist_bench", config_digest=config.digest,
+                       payload={"trial": t.number, "round": round_, "launch": launch, **result.to_dict()}, launch=launch)
+    try:
+        objectives_from_bench(result)
+    except Unmeasured as exc:  # a launch that left any point unmeasured does not count
+        log.warning("finalist trial %d launch %d unmeasured: %s", t.number, launch, exc)
+        return None
+    return result
+
+
+def median_objectives(runs: list[BenchResult]) -> tuple[float, float]:
+    """Each objective's median over launches (of two, their mean); every launch must be fully measured."""
+    values = [objectives_from_bench(r) for r in runs]
+    return statistics.median(v[0] for v in values), statistics.median(v[1] for v in values)
+
+
+def judge_finalist(baseline: list[BenchResult], candidate: list[BenchResult], *, floor: NoiseFloor | None) -> dict:
+    """A finalist's verdict against the baseline's launches, as plain JSON data for ar_finalists.
+
+    Qualified: called faster on at least one objective point and slower on none by bench's rule,
+    with every point compared (one that either side lacks makes the finalist not comparable).
+    """
+    base_values, values = median_objectives(baseline), median_objectives(candidate)
+    common = {"decode": values[0], "prefill": values[1], "baseline_values": list(base_values),
+              "launches": len(candidate)}
+    try:
+        comparisons = compare(_pooled(baseline), _pooled(candidate), noise_floor=floor,
+                              metrics=objective_metrics(baseline[0]))
+    except MissingMetric as exc:
+        return {**common, "qualified": False, "speedup": None, "reason": f"not comparable: {exc}"}
+    faster = [c.metric for c in comparisons if c.verdict == "faster"]
+    slower = [c.metric for c in comparisons if c.verdict == "slower"]
+    qualified = bool(faster) and not slower
+    reason = (f"faster on {', '.join(faster)}" if qualified else
+              f"slower on {', '.join(slower)}" if slower else "not called faster on any point")
+    return {**common, "qualified": qualified, "speedup": speedup_score(values, base_values), "reason": reason,
+            "comparisons": [c.to_dict() for c in comparisons]}
+
+
 def load_champion(study: optuna.Study) -> dict | None:
     return study.user_attrs.get(_CHAMPION)
-
-
-def _values(runs: list[BenchResult]) -> tuple[float, float]:
-    pairs = [objectives_from_bench(r) for r in runs]
-    decode = sorted(p[0] for p in pairs)[len(pairs) // 2]
-    prefill = sorted(p[1] for p in pairs)[len(pairs) // 2]
-    return decode, prefill
-
-
-def _slots(obj) -> dict:
-    return {name: getattr(obj, name) for name in obj.__slots__}

@@ -11,6 +11,7 @@ import logging
 import optuna
 
 from autoresearch.db import ResultsDB
+from autoresearch.errors import BaselineUnmeasured
 from autoresearch.finalists import confirm_finalists, feasible_front
 from autoresearch.objectives import speedup_score
 from autoresearch.plan import RunPlan
@@ -68,8 +69,12 @@ def run(plan: RunPlan) -> int:
             callbacks.insert(0, optuna.study.MaxTrialsCallback(plan.trials, states=_COUNTED))
         remaining = None if plan.trials is None else plan.trials - counted_trials(study)
         if remaining is None or remaining > 0:
-            study.optimize(runner, n_trials=None, timeout=plan.hours * 3600 if plan.hours else None,
-                           callbacks=callbacks, catch=(BaselineNotReady,), gc_after_trial=True)
+            try:
+                study.optimize(runner, n_trials=None, timeout=plan.hours * 3600 if plan.hours else None,
+                               callbacks=callbacks, catch=(BaselineNotReady,), gc_after_trial=True)
+            except BaselineUnmeasured:
+                write_report(plan, study, db, store)  # it says why the study stopped
+                raise
         progress.stage("confirming finalists")
         champion = confirm_finalists(plan, study, space, db)
         write_report(plan, study, db, store)

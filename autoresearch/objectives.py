@@ -1,38 +1,97 @@
 """The two objectives, read from a bench result, and the "clearly dominated" early stop.
 
-Decode: the geometric mean over the decode ladder's points of the client-side median decode tok/s.
-Prefill: the same over the prefill ladder. Client-side rates are what a user of the server sees
-and exist for every OpenAI-compatible server; the server's own timings are stored beside them.
+Decode: the geometric mean, over the decode ladder's points, of each point's median client-side
+decode rate: what a user of the server sees, token after token.
+Prefill: the same over the prefill ladder, of the server-timed prefill rate (uncached prompt
+tokens over the engine's own prefill time). The client's time adds a fixed ~70 ms of HTTP,
+templating and tokenizing that no knob changes; on a small fast model (a 0.5B prefills 8K tokens
+in about 70 ms) it doubled the time and made fresh launches of one configuration differ by ±30%,
+so finalists could not be told apart. The client-side rates are stored beside it.
+
+Every point of the plan must be measured: a point without a valid run makes the whole result
+Unmeasured, with the runs' reasons. A mean over the points that happened to work would rank a
+candidate by its fast half.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Iterable
 
 import optuna
 
+from autoresearch.errors import Unmeasured
 from bench import BenchResult
 
-__all__ = ["dominated_by", "geometric_mean", "objectives_from_bench", "speedup_score"]
+__all__ = [
+    "DECODE_RATE",
+    "NOT_MEASURED",
+    "PREFILL_RATE",
+    "dominated_by",
+    "geometric_mean",
+    "objective_metrics",
+    "objectives_from_bench",
+    "speedup_score",
+]
+
+DECODE_RATE = "decode_tok_per_s_client"
+PREFILL_RATE = "prefill_tok_per_s_server"
+# Optuna needs values for a COMPLETE trial. One that measured nothing (infeasible, crashed,
+# unmeasured) carries these: no speed can be mistaken for them, and samplers rank such trials by
+# their violated constraints, never by these values.
+NOT_MEASURED = (-math.inf, -math.inf)
 
 
-def geometric_mean(values: list[float]) -> float:
-    if not values or any(v <= 0 for v in values):
-        return 0.0
+def geometric_mean(values: Iterable[float]) -> float:
+    values = list(values)
+    if not values or any(not v > 0 for v in values):
+        raise ValueError(f"a geometric mean needs positive values, got {values}")
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def objective_metrics(result: BenchResult) -> list[str]:
+    """The sample keys the objectives read (as in BenchResult.samples()), one per planned point."""
+    return [f"{PREFILL_RATE}@{p.target_tokens}" for p in result.prefill] + [
+        f"{DECODE_RATE}@{d.context_tokens}/{d.kind}" for d in result.decode
+    ]
+
+
 def objectives_from_bench(result: BenchResult) -> tuple[float, float]:
-    headline = result.headline()
-    decode = [v for k, v in headline.items() if k.startswith("decode_tok_per_s_client@")]
-    prefill = [v for k, v in headline.items() if k.startswith("prefill_tok_per_s_client@")]
-    return geometric_mean(decode), geometric_mean(prefill)
+    """(decode, prefill) tok/s. Raises Unmeasured, naming each point and why its runs were set aside."""
+    samples = result.samples()
+    missing = [m for m in objective_metrics(result) if not samples.get(m)]
+    if missing:
+        points = {p.key: p for p in (*result.prefill, *result.decode)}
+        raise Unmeasured("; ".join(_why(metric, points) for metric in missing))
+    decode = [samples[f"{DECODE_RATE}@{d.context_tokens}/{d.kind}"] for d in result.decode]
+    prefill = [samples[f"{PREFILL_RATE}@{p.target_tokens}"] for p in result.prefill]
+    return geometric_mean(_median(v) for v in decode), geometric_mean(_median(v) for v in prefill)
+
+
+def _median(values) -> float:
+    from bench import summarize
+
+    return summarize(values).median
+
+
+def _why(metric: str, points: dict) -> str:
+    name, _, where = metric.partition("@")
+    point = points[("prefill@" if name.startswith("prefill") else "decode@") + where]
+    reasons = Counter(point.invalid_reasons)
+    if not point.runs:
+        detail = "no run"
+    elif reasons:
+        detail = "; ".join(f"{n}x {reason}" for reason, n in reasons.most_common(3))
+    else:
+        detail = f"the server reported no {name.split('_')[-1]}-side timing"
+    return f"{name}@{where}: {len(point.valid_runs)} valid of {len(point.runs)} runs ({detail})"
 
 
 def speedup_score(values: tuple[float, float], baseline: tuple[float, float]) -> float:
     """One number for ranking the front: the geometric mean of the two speed-ups over the baseline."""
-    if min(baseline) <= 0 or min(values) <= 0:
-        return 0.0
+    if not (min(values) > 0 and min(baseline) > 0 and math.isfinite(sum(values) + sum(baseline))):
+        raise ValueError(f"a speed-up needs measured speeds, got {values} against {baseline}")
     return math.sqrt(values[0] / baseline[0] * values[1] / baseline[1])
 
 

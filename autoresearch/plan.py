@@ -21,6 +21,8 @@ from eval import GatePolicy, ProbeSetConfig
 __all__ = ["RunPlan", "default_bench_plan", "default_probe_config", "study_name_for"]
 
 OBJECTIVES = ("decode_tok_per_s", "prefill_tok_per_s")
+# How the objectives are read from bench (autoresearch.objectives): a study keeps one definition.
+OBJECTIVE_DEFINITION = "v2: decode client-timed, prefill server-timed, every planned point required"
 
 
 def default_bench_plan(engine: str) -> BenchPlan:
@@ -93,7 +95,7 @@ class RunPlan:
     @property
     def key(self) -> str:
         """What a resumed run must share with the stored study."""
-        text = f"{self.model.manifest_hash}|{self.engine}|{self.suite}|{self.bench_plan.digest}"
+        text = f"{self.model.manifest_hash}|{self.engine}|{self.suite}|{self.bench_plan.digest}|{OBJECTIVE_DEFINITION}"
         if self.baseline_changes:  # another baseline is another reference: never mix them in one study
             text += "|baseline:" + json.dumps(self.baseline_changes, sort_keys=True)
         if self.gate_policy != GatePolicy():  # nor decisions made under different gates

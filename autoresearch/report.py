@@ -14,6 +14,7 @@ import optuna
 
 from autoresearch.db import ResultsDB
 from autoresearch.finalists import feasible_front, load_champion
+from autoresearch.objectives import DECODE_RATE, PREFILL_RATE
 from autoresearch.plan import RunPlan
 from autoresearch.provenance import gpu_uuid
 from eval import EvalStore
@@ -68,14 +69,26 @@ def _plot(study: optuna.Study, baseline, path: Path) -> bool:
                    zorder=5, label="baseline")
     for t in done:
         ax.annotate(str(t.number), (t.values[1], t.values[0]), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel("prefill tok/s (client)")
-    ax.set_ylabel("decode tok/s (client)")
+    ax.set_xlabel("prefill tok/s (server-timed)")
+    ax.set_ylabel("decode tok/s (client-timed)")
     ax.set_title(study.study_name, fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return True
+
+
+def _stopped(trials: list[optuna.trial.FrozenTrial], baseline) -> list[str]:
+    """Why the study stopped, when its baseline could not be measured (and none was since)."""
+    if baseline is not None:
+        return []
+    failed = [t for t in trials if t.user_attrs.get("role") == "baseline" and t.user_attrs.get("outcome") == "unmeasured"]
+    if not failed:
+        return []
+    reasons = "; ".join(failed[-1].user_attrs.get("reasons", []))
+    return ["", f"**The study stopped: {reasons}.** Nothing was judged: every candidate is measured against the "
+            "baseline. Fix the cause and run the same command again to continue."]
 
 
 def _gpu_of(details: dict) -> str:
@@ -144,8 +157,14 @@ def _finalists_table(finals: list[dict]) -> list[str]:
         else:
             decision = "confirmed faster" if v.get("qualified") else v.get("reason", "not confirmed faster")
         lines.append(f"| {f['round']} | {f['trial']} | {_fmt(f['decode_tok_per_s'], 2)} | "
-                     f"{_fmt(f['prefill_tok_per_s'])} | {v.get('speedup', 1.0):.3f}x | {decision} |")
+                     f"{_fmt(f['prefill_tok_per_s'])} | {_speedup(v)} | {decision} |")
     return lines
+
+
+def _speedup(verdict: dict) -> str:
+    if verdict.get("baseline") is True:
+        return "1.000x"
+    return f"{verdict['speedup']:.3f}x" if verdict.get("speedup") is not None else "-"
 
 
 def _tasksets(db: ResultsDB, store: EvalStore, plan: RunPlan, trial: int | None) -> dict[str, object]:
@@ -171,9 +190,12 @@ def write_report(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalS
         f"Generated {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')} from `{plan.storage_url}` "
         f"(`optuna-dashboard {plan.storage_url}` shows the same study). Model **{plan.model.name}** "
         f"(`{plan.model.source}`, manifest `{plan.model.manifest_hash[:16]}`), engine **{plan.engine}**, "
-        f"suite **{plan.suite}**. Objectives: client-side decode and prefill tok/s (bench geometric means).",
+        f"suite **{plan.suite}**. Objectives: decode tok/s timed by the client and prefill tok/s timed by the "
+        "server (uncached tokens over the engine's prefill time), each a geometric mean over bench's points; "
+        "a configuration missing any point is unmeasured, never averaged over the rest.",
         *(["", "**The task tier did not run (`--suite none`): candidates were gated on fidelity alone.**"]
           if plan.suite == "none" else []),
+        *_stopped(trials, baseline),
         "",
         _gate_line(plan, store),
         "",
@@ -207,7 +229,8 @@ def write_report(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalS
         lines += [f"Trial {baseline.number}: decode {_fmt(base_vals[0], 2)} tok/s, prefill {_fmt(base_vals[1])} tok/s; "
                   f"config digest `{baseline.user_attrs.get('config_digest', '')[:12]}`.", ""]
         if evidence.get("speed_floor"):
-            floor = ", ".join(f"{k} {v:.1%}" for k, v in sorted(evidence["speed_floor"].items()) if "_client@" in k)
+            floor = ", ".join(f"{k} {v:.1%}" for k, v in sorted(evidence["speed_floor"].items())
+                              if k.startswith((DECODE_RATE, PREFILL_RATE)))
             lines.append(f"Speed noise floor (two fresh launches): {floor}.")
         fid = [r["payload"] for r in db.measurements(study=plan.study_name, kind="fidelity", trial=baseline.number)]
         if fid:

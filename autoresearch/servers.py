@@ -15,12 +15,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from autoresearch.errors import PortUnavailable
 from serving.config import ServingConfig
+from serving.errors import PortInUse
 from serving.launcher import LaunchSpec, ServerProcess, free_port, start
 
 __all__ = ["reap_orphan_servers", "serve"]
 
 log = logging.getLogger(__name__)
+PORT_ATTEMPTS = 4
+PORT_RETRY_S = 5.0  # times the attempt number: 5, 10, 15 s
 
 
 def _alive(pid: int) -> bool:
@@ -72,17 +76,42 @@ def reap_orphan_servers(pid_dir: Path) -> int:
 def serve(*, model_dir: Path, config: ServingConfig, log_path: Path, pid_dir: Path, port: int,
           vram_limit_bytes: int | None, startup_timeout_s: float,
           host_memory_limit_bytes: int | None = None) -> Iterator[ServerProcess]:
-    """Launch, record the pid file, yield the running server, stop it and remove the pid file."""
-    spec = LaunchSpec(model_dir=model_dir, config=config, log_path=log_path, port=port or free_port(),
-                      vram_limit_bytes=vram_limit_bytes, host_memory_limit_bytes=host_memory_limit_bytes,
-                      startup_timeout_s=startup_timeout_s)
+    """Launch, record the pid file, yield the running server, stop it and remove the pid file.
+
+    A port that is taken says nothing about the configuration: the launch is retried (a server that
+    is still stopping lets go of it), and if the port stays taken, PortUnavailable stops the loop
+    rather than failing a configuration that never ran.
+    """
     pid_dir.mkdir(parents=True, exist_ok=True)
-    server = start(spec)
-    pid_file = pid_dir / f"{server.pid}.pid"
-    pid_file.write_text(f"{server.pid} {os.getpid()}\n")  # before waiting: a kill during load is covered
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        server.stop()
-        pid_file.unlink(missing_ok=True)
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        spec = LaunchSpec(model_dir=model_dir, config=config, log_path=log_path, port=port or free_port(),
+                          vram_limit_bytes=vram_limit_bytes, host_memory_limit_bytes=host_memory_limit_bytes,
+                          startup_timeout_s=startup_timeout_s)
+        try:
+            server = start(spec)
+        except PortInUse as exc:
+            _wait_for_port(spec.port, attempt, exc)
+            continue
+        pid_file = pid_dir / f"{server.pid}.pid"
+        pid_file.write_text(f"{server.pid} {os.getpid()}\n")  # before waiting: a kill during load is covered
+        try:
+            try:
+                server.wait_ready()
+            except PortInUse as exc:  # taken between the check and the server's bind
+                server.stop()
+                _wait_for_port(spec.port, attempt, exc)
+                continue
+            yield server
+            return
+        finally:
+            server.stop()
+            pid_file.unlink(missing_ok=True)
+    raise AssertionError("unreachable")
+
+
+def _wait_for_port(port: int, attempt: int, exc: PortInUse) -> None:
+    if attempt == PORT_ATTEMPTS:
+        raise PortUnavailable(f"port {port} stayed in use by another process over {PORT_ATTEMPTS} launch attempts "
+                              f"({exc}); stop whatever listens there, or pass --port 0 for a free port per launch")
+    log.warning("port %d is in use (%s); launching again in %.0f s", port, exc, PORT_RETRY_S * attempt)
+    time.sleep(PORT_RETRY_S * attempt)

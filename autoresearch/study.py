@@ -19,14 +19,16 @@ from autoresearch.errors import PlanError, StudyError
 from autoresearch.plan import OBJECTIVES, RunPlan
 from search_space import SearchSpace, baseline_params
 
-__all__ = ["baseline_trial_params", "constraints_of", "open_study", "params_with"]
+__all__ = ["CONSTRAINTS", "baseline_trial_params", "constraints_of", "open_study", "params_with"]
 
 log = logging.getLogger(__name__)
+# Each <= 0 when satisfied, in this order in the `constraints` user attribute (the dashboard's and TPE's).
+CONSTRAINTS = ("fits", "launch_ok", "measured", "fidelity", "tasks")
 
 
 def constraints_of(trial: optuna.trial.FrozenTrial) -> list[float]:
     """TPE's constraints_func, also what optuna-dashboard 0.21 draws feasibility from."""
-    return list(trial.user_attrs.get("constraints", [1.0, 1.0, 1.0, 1.0]))
+    return list(trial.user_attrs.get("constraints", [1.0] * len(CONSTRAINTS)))
 
 
 def _storage(plan: RunPlan) -> optuna.storages.RDBStorage:
@@ -90,10 +92,9 @@ def baseline_trial_params(plan: RunPlan, space: SearchSpace) -> dict:
 
 
 def params_with(space: SearchSpace, changes: dict, *, flag: str) -> dict:
-    """Default parameters with `changes` applied, checked by rebuilding the configuration."""
+    """Default parameters with `changes` applied (knobs they activate at their defaults), checked."""
     from search_space import config_from_params
 
-    params = baseline_params(space)
     unknown = sorted(set(changes) - {k.name for k in space.knobs})
     if unknown:
         raise PlanError(f"{flag}: {', '.join(unknown)} is not a knob of this search space; "
@@ -101,9 +102,8 @@ def params_with(space: SearchSpace, changes: dict, *, flag: str) -> dict:
     pinned = sorted(set(changes) & set(space.pinned))
     if pinned:
         raise PlanError(f"{flag}: {', '.join(pinned)} is pinned (--pin); change the pin instead")
-    for name, value in changes.items():
-        params[name] = space.knob(name).domain.to_param(value)
     try:
+        params = baseline_params(space, changes)
         config_from_params(space, params)
     except Exception as exc:
         raise PlanError(f"{flag} {changes}: {exc}") from exc

@@ -5,9 +5,10 @@ launch, or fails the gate is a COMPLETE trial with a violated constraint (sample
 trials, and would propose it again); one clearly slower than the gated front is PRUNED after its
 speed is stored. Programming errors propagate.
 
-The baseline trial is special: it captures the fidelity reference and the baseline's suite
-results, then launches the baseline a second time to measure the noise floors (speed and
-fidelity) that every candidate is judged against.
+The baseline trial is special: it is measured first (a baseline that cannot be measured stops the
+study), captures the fidelity reference and the baseline's suite results, then launches the
+baseline a second time to measure the noise floors (speed and fidelity) that every candidate is
+judged against.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ import optuna
 
 from autoresearch.baseline import BaselineEvidence, load_baseline, save_baseline
 from autoresearch.db import ResultsDB
-from autoresearch.objectives import dominated_by, objectives_from_bench
+from autoresearch.errors import BaselineUnmeasured, Unmeasured
+from autoresearch.objectives import NOT_MEASURED, dominated_by, objectives_from_bench
 from autoresearch.plan import RunPlan
 from autoresearch.progress import Progress
 from autoresearch.provenance import collect_provenance, gpu_uuid
 from autoresearch.servers import serve
-from autoresearch.study import baseline_trial_params
+from autoresearch.study import CONSTRAINTS, baseline_trial_params
 from bench import BenchResult, Endpoint, noise_floor, run_bench
 from bench.errors import BenchError
 from eval import (
@@ -64,7 +66,6 @@ from serving.errors import LaunchError
 __all__ = ["BaselineNotReady", "CONSTRAINTS", "TrialRunner"]
 
 log = logging.getLogger(__name__)
-CONSTRAINTS = ("fits", "launch_ok", "fidelity", "tasks")  # each <= 0 when satisfied
 OK, VIOLATED = -1.0, 1.0
 
 
@@ -145,7 +146,7 @@ class TrialRunner:
         self._stage(record, "feasibility")  # first: it needs nothing but the checkpoint's headers
         if not self._fits(trial, config, record):
             record.close("infeasible")
-            return 0.0, 0.0
+            return NOT_MEASURED
         record.constraints["fits"] = OK
         baseline = self._wait_for_baseline(trial)
 
@@ -153,12 +154,16 @@ class TrialRunner:
             with self._server(trial, config) as server:
                 record.constraints["launch_ok"] = OK
                 self._stage(record, "bench")
-                bench = self._bench(trial, config, server)
-                if bench is None:
-                    record.fail("launch_ok", self._server_failure(server) or "the bench could not measure the server")
-                    record.close("crashed")
-                    return 0.0, 0.0
-                decode, prefill = objectives_from_bench(bench)
+                try:
+                    decode, prefill = objectives_from_bench(self._bench(trial, config, server))
+                except Unmeasured as exc:
+                    failure = self._server_failure(server)
+                    if failure:  # its runs failed because the server died: a crash, not a slow config
+                        record.fail("launch_ok", failure)
+                    record.fail("measured", f"unmeasured: {exc}")
+                    record.close("crashed" if failure else "unmeasured")
+                    return NOT_MEASURED
+                record.constraints["measured"] = OK
                 trial.set_user_attr("decode_tok_per_s", decode)
                 trial.set_user_attr("prefill_tok_per_s", prefill)
                 better = dominated_by(trial.study, (decode, prefill), margin_rel=self._dominance_margin(baseline))
@@ -200,7 +205,7 @@ class TrialRunner:
                 if failure:  # the suite's requests died with the server: not the model's answers
                     record.fail("launch_ok", failure)
                     record.close("crashed")
-                    return 0.0, 0.0
+                    return NOT_MEASURED
                 gate = gate_candidate(self.store, model_manifest_hash=self.plan.model.manifest_hash,
                                       candidate_label=self._label(trial, config), baseline_label=baseline.label,
                                       policy=self.plan.gate_policy, floor=baseline.fidelity_floor,
@@ -214,7 +219,7 @@ class TrialRunner:
             self._measure(trial, config, "launch", {"reason": exc.reason, "message": str(exc),
                                                      "log_tail": exc.log_tail[-3000:]})
             record.close(exc.reason)
-            return 0.0, 0.0
+            return NOT_MEASURED
 
     def _gated(self, trial, config, record: _Record, gate, decode: float, prefill: float) -> tuple[float, float]:
         decision = gate.decision
@@ -248,16 +253,16 @@ class TrialRunner:
         self._stage(record, "launch")
         with self._server(trial, config, launch=0) as server:
             record.constraints["launch_ok"] = OK
+            self._stage(record, "bench")  # first: a baseline that cannot be measured stops the study at once
+            decode, prefill, bench = self._baseline_bench(trial, config, record, server, launch=0)
+            trial.set_user_attr("decode_tok_per_s", decode)
+            trial.set_user_attr("prefill_tok_per_s", prefill)
             self._stage(record, "reference")
             try:
                 reference = self.store.load_reference(self.plan.model.manifest_hash, self.probe_set.digest)
             except MissingReference:
                 reference = capture_reference(server.url, self.probe_set, store=self.store,
                                               model_manifest_hash=self.plan.model.manifest_hash, label=label)
-            self._stage(record, "bench")
-            bench = self._bench(trial, config, server, launch=0)
-            if bench is None:
-                raise RuntimeError(f"the baseline could not be measured: {self._server_failure(server)}")
             suite = None
             if self.suite is not None:
                 self._stage(record, "tasks")
@@ -265,19 +270,31 @@ class TrialRunner:
         self._stage(record, "noise floor")
         with self._server(trial, config, launch=1) as server:
             floor = measure_fidelity(server.url, reference, store=self.store, role="noise_floor", label=label + "#2")
-            bench2 = self._bench(trial, config, server, launch=1)
-        speed_floor = noise_floor(bench.samples(), bench2.samples()) if bench2 else None
+            *_, bench2 = self._baseline_bench(trial, config, record, server, launch=1)  # the floor needs every point
+        speed_floor = noise_floor(bench.samples(), bench2.samples())
         evidence = BaselineEvidence(label=label, reference=reference, fidelity_floor=floor, suite=suite,
                                     bench=bench, speed_floor=speed_floor, trial_number=trial.number)
         save_baseline(trial.study, evidence)
         self._measure(trial, config, "fidelity", {"measurement_id": floor.measurement_id, "metrics": floor.metrics,
                                                   "role": "noise_floor"})
-        decode, prefill = objectives_from_bench(bench)
-        trial.set_user_attr("decode_tok_per_s", decode)
-        trial.set_user_attr("prefill_tok_per_s", prefill)
         record.constraints.update(fidelity=OK, tasks=OK)
         record.close("baseline")
         return decode, prefill
+
+    def _baseline_bench(self, trial, config: ServingConfig, record: _Record, server, *,
+                        launch: int) -> tuple[float, float, BenchResult]:
+        """The baseline's objectives and bench, or the study stops: nothing can be judged against nothing."""
+        try:
+            bench = self._bench(trial, config, server, launch=launch)
+            decode, prefill = objectives_from_bench(bench)
+        except Unmeasured as exc:
+            failure = self._server_failure(server)
+            reason = f"the baseline could not be measured (launch {launch}): {exc}" + (f" ({failure})" if failure else "")
+            record.fail("measured", reason)
+            record.close("unmeasured")
+            raise BaselineUnmeasured(reason) from exc
+        record.constraints["measured"] = OK
+        return decode, prefill, bench
 
     def _wait_for_baseline(self, trial: optuna.Trial) -> BaselineEvidence:
         """Candidates are judged against the baseline's evidence; another worker may still be making it."""
@@ -340,7 +357,8 @@ class TrialRunner:
                      host_memory_limit_bytes=self.plan.host_memory_limit_bytes,
                      startup_timeout_s=self.plan.startup_timeout_s)
 
-    def _bench(self, trial: optuna.Trial, config: ServingConfig, server, launch: int = 0) -> BenchResult | None:
+    def _bench(self, trial: optuna.Trial, config: ServingConfig, server, launch: int = 0) -> BenchResult:
+        """Measure and store; raises Unmeasured when bench cannot run (a context too small, a dead server)."""
         try:
             # a fresh salt per run: no prompt of an earlier run may be found in any cache
             plan = dataclasses.replace(self.plan.bench_plan, salt=secrets.token_hex(4))
@@ -348,7 +366,7 @@ class TrialRunner:
         except BenchError as exc:
             log.warning("bench failed on trial %d: %s", trial.number, exc)
             self._measure(trial, config, "bench_error", {"error": str(exc)}, launch=launch)
-            return None
+            raise Unmeasured(f"bench failed: {type(exc).__name__}: {exc}") from exc
         self._measure(trial, config, "bench", result.to_dict(), launch=launch)
         self._provenance(trial, config, server, result)
         if self.memory is not None:

@@ -8,6 +8,7 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
+from autoresearch.study import CONSTRAINTS
 from serving.config import ServingConfig
 
 from .conftest import run_loop
@@ -26,7 +27,7 @@ def test_baseline_is_trial_zero_and_carries_its_evidence(embedded_study):
     trials = study.get_trials()
     baseline = trials[0]
     assert baseline.user_attrs["role"] == "baseline" and baseline.state == optuna.trial.TrialState.COMPLETE
-    assert baseline.user_attrs["constraints"] == [-1.0, -1.0, -1.0, -1.0]
+    assert baseline.user_attrs["constraints"] == [-1.0] * len(CONSTRAINTS)
     assert baseline.values[0] > 0 and baseline.values[1] > 0
     assert baseline.user_attrs["config"] == ServingConfig.from_dict({"engine": "transformers"}).to_dict()
     evidence = study.user_attrs["baseline_evidence"]
@@ -40,7 +41,7 @@ def test_every_trial_is_counted_and_explained(embedded_study):
     assert len(counted) == 3
     for t in counted:
         assert t.user_attrs["outcome"] and "config_digest" in t.user_attrs
-        assert len(t.user_attrs["constraints"]) == 4
+        assert len(t.user_attrs["constraints"]) == len(CONSTRAINTS)
         if t.user_attrs["outcome"] not in ("baseline", "passed"):
             assert t.user_attrs["reasons"], t.user_attrs
 

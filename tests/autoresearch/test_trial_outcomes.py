@@ -10,6 +10,7 @@ import pytest
 
 from autoresearch.db import ResultsDB
 from autoresearch.model_source import ResolvedModel, resolve_model
+from autoresearch.objectives import NOT_MEASURED
 from autoresearch.plan import RunPlan, default_bench_plan, default_probe_config
 from autoresearch.progress import Progress
 from autoresearch.study import open_study
@@ -55,7 +56,7 @@ def test_infeasible_configuration_is_rejected_without_a_launch(tmp_path):
     assert trial.state == optuna.trial.TrialState.COMPLETE
     assert trial.user_attrs["outcome"] == "infeasible" and trial.user_attrs["constraints"][0] > 0
     assert "exceeds the usable" in trial.user_attrs["reasons"][0] and "not launched" in trial.user_attrs["reasons"][0]
-    assert trial.values == [0.0, 0.0]
+    assert trial.values == list(NOT_MEASURED)  # no speed was measured, and none is claimed
     assert not (plan.study_dir / "logs").exists()  # no server was started
     assert db.measurements(study=plan.study_name, kind="launch") == []
 
@@ -74,7 +75,7 @@ def test_out_of_memory_is_recorded_with_its_reason_and_the_loop_goes_on(tmp_path
     assert len(new) == 2 and all(t.state == optuna.trial.TrialState.COMPLETE for t in new)
     for trial in new:
         assert trial.user_attrs["failure"] == "oom_at_load"
-        assert trial.user_attrs["constraints"][1] > 0 and trial.values == [0.0, 0.0]
+        assert trial.user_attrs["constraints"][1] > 0 and trial.values == list(NOT_MEASURED)
         assert "out of memory" in " ".join(trial.user_attrs["reasons"])
     rows = db.measurements(study=name, kind="launch")
     assert [r["payload"]["reason"] for r in rows[-2:]] == ["oom_at_load", "oom_at_load"]

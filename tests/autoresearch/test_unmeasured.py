@@ -1,0 +1,89 @@
+"""A configuration whose bench leaves any objective point without a valid run is never given a number.
+
+The server under test is a stand-in (tests.bench.fakes.PrefixCachingFakeServer, a named test double
+at the HTTP boundary) that ends every multi-token answer early, as a server that ignores
+`ignore_eos` would: its prefill point measures, its decode point never does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autoresearch.__main__ import main
+from autoresearch.model_source import resolve_model
+from autoresearch.objectives import NOT_MEASURED
+from autoresearch.study import CONSTRAINTS
+from autoresearch.trial import TrialRunner
+from tests.bench.fakes import PrefixCachingFakeServer
+
+from .test_trial_outcomes import _plan, _runner
+
+pytestmark = pytest.mark.slow
+MEASURED = CONSTRAINTS.index("measured")
+
+
+class _StandIn:
+    """What the loop reads of a launched server: its URL and whether it died."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def check(self):
+        return None
+
+
+@pytest.fixture
+def short_decodes(monkeypatch):
+    """Every server the trial runner launches is the stand-in; yields it to inspect its requests."""
+    with PrefixCachingFakeServer(decode_ends_after=5) as fake:
+
+        @contextlib.contextmanager
+        def server(self, trial, config, launch=0):
+            yield _StandIn(fake.url)
+
+        monkeypatch.setattr(TrialRunner, "_server", server)
+        yield fake
+
+
+def test_a_candidate_missing_one_point_is_a_completed_trial_with_a_reason(tmp_path, embedded_study, short_decodes):
+    shutil.copy(embedded_study.cwd / "results.db", tmp_path / "results.db")
+    name = optuna.get_all_study_names(embedded_study.db_url)[0]
+    model = resolve_model(None, locks_dir=tmp_path / "locks", cache_dir=Path(embedded_study.env["AUTORESEARCH_CACHE"]))
+    study, _, db, runner = _runner(_plan(tmp_path, model, "transformers", study_name=name, trials=10))
+    study.enqueue_trial({**study.get_trials()[0].params, "prefill_chunk_size": 64})
+    study.optimize(runner, n_trials=1)
+    trial = study.get_trials()[-1]
+    assert trial.state == optuna.trial.TrialState.COMPLETE
+    assert trial.values == list(NOT_MEASURED)  # never 0.0, never the mean of the prefill point alone
+    assert trial.user_attrs["outcome"] == "unmeasured"
+    assert trial.user_attrs["constraints"][MEASURED] > 0
+    (reason,) = trial.user_attrs["reasons"]
+    assert reason.startswith("unmeasured: decode_tok_per_s_client@128/math: 0 valid of")
+    assert "completion of 5 tokens, expected exactly 24" in reason
+    assert "prefill" not in reason  # the prefill point did measure
+    assert "decode_tok_per_s" not in trial.user_attrs and trial.number not in {t.number for t in study.best_trials}
+    (row,) = db.measurements(study=name, kind="bench", trial=trial.number)  # what was measured is kept
+    assert row["payload"]["prefill"][0]["runs"]
+
+
+def test_a_baseline_that_cannot_be_measured_stops_the_study(tmp_path, monkeypatch, capsys, loop_cache,
+                                                            short_decodes):
+    monkeypatch.setenv("AUTORESEARCH_CACHE", str(loop_cache))
+    monkeypatch.chdir(tmp_path)
+    code = main(["--trials", "3", "--suite-limit", "1", "--suite-max-tokens", "16", "--port", "0"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "BaselineUnmeasured: the baseline could not be measured (launch 0): decode_tok_per_s_client@128/math" in err
+    assert "completion of 5 tokens" in err
+    text = (tmp_path / "RESULTS.md").read_text()
+    assert "**The study stopped: the baseline could not be measured (launch 0)" in text
+    assert "Not decided yet" in text and "speed-up" not in text.split("## Champion")[1].split("##")[0]
+    (study_name,) = optuna.get_all_study_names("sqlite:///results.db")
+    (trial,) = optuna.load_study(study_name=study_name, storage="sqlite:///results.db").get_trials()
+    assert trial.state == optuna.trial.TrialState.FAIL and trial.user_attrs["outcome"] == "unmeasured"
+    assert len(short_decodes.bodies) < 40  # it stopped at the first launch's bench: no suite, no second launch

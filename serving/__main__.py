@@ -53,7 +53,7 @@ def prepare(args: argparse.Namespace):
     """Everything that can fail on bad input, before the engine loads."""
     from serving.auth import is_loopback, read_api_key
     from serving.chat_template import ChatTemplate
-    from serving.config import ServingConfig, default_engine
+    from serving.config import ServingConfig, engine_for_checkpoint
     from serving.errors import ConfigError
 
     if not args.model.is_dir():
@@ -62,7 +62,7 @@ def prepare(args: argparse.Namespace):
     if api_key is None and not is_loopback(args.host):
         raise ConfigError(f"refusing to listen on non-loopback address {args.host} without --api-key-file")
     text = args.config.read_text() if args.config else "{}"
-    config = ServingConfig.from_json(text, default_engine_name=default_engine())
+    config = ServingConfig.from_json(text, default_engine_name=engine_for_checkpoint(args.model))
     # Applied before exllamav3 is imported (it reads EXL3_* at import): the reason for a fresh process.
     os.environ.update(config.env)
     template = ChatTemplate.from_model_dir(args.model)
@@ -101,10 +101,12 @@ def serve(state, *, host: str, port: int, log_level: str) -> int:
         # switch every 5 ms): HTTP work then runs only while the GPU thread waits on the device.
         sys.setswitchinterval(0.05)
     state.engine.start()
-    app = create_app(state)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level if log_level != "info" else "warning",
-                                           access_log=False, timeout_graceful_shutdown=5, loop=_fastest("uvloop", "asyncio"),
-                                           http=_fastest("httptools", "h11")))
+    app = create_app(state, allowed_hosts=_allowed_hosts(host, port) if state.api_key is None else None)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level if log_level != "info" else "warning",
+                            access_log=False, timeout_graceful_shutdown=5, loop=_fastest("uvloop", "asyncio"),
+                            http=_fastest("httptools", "h11"), limit_concurrency=state.limits.max_connections,
+                            timeout_keep_alive=5)
+    server = uvicorn.Server(config)
     exit_code = {"value": 0}
 
     async def watch_engine():
@@ -128,11 +130,19 @@ def serve(state, *, host: str, port: int, log_level: str) -> int:
 
     log.info("serving %s (%s engine, config %s) on http://%s:%d", state.model_name, state.config.engine,
              state.config.digest[:12], host, port)
-    asyncio.run(run())
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:  # uvloop, as the config chose
+        runner.run(run())
     state.engine.stop()
     if not server.started and exit_code["value"] == 0:
         return 1  # uvicorn could not bind (the port is taken); it logged why
     return exit_code["value"]
+
+
+def _allowed_hosts(host: str, port: int) -> list[str]:
+    """Host headers a keyless loopback server answers: its own names only, so a web page that rebinds
+    a DNS name to 127.0.0.1 cannot drive it (DNS rebinding)."""
+    names = {host, "localhost", "127.0.0.1", "[::1]"} if host in ("127.0.0.1", "localhost", "::1") else {host}
+    return sorted(n for name in names for n in (name, f"{name}:{port}"))
 
 
 def _fastest(preferred: str, fallback: str) -> str:

@@ -8,14 +8,18 @@ because SDKs send optional fields freely.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
+from serving.chat_template import RESERVED_TEMPLATE_ARGS
 from serving.engine import SamplingParams
 
 __all__ = ["ApiError", "ChatRequest", "CompletionRequest", "parse_chat", "parse_completion"]
 
 _MISSING = object()
+MIN_TEMPERATURE = 1e-3
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
 class ApiError(Exception):
@@ -72,9 +76,20 @@ def _get(body: dict, name: str, kind: type | tuple, default: Any = None, *, lo=N
         ok, value = True, float(value)
     if not ok:
         names = " or ".join(k.__name__ for k in kinds).replace("str", "string").replace("float", "number").replace("int", "integer").replace("bool", "boolean")
-        raise ApiError(400, f"'{name}' must be {names}, got {type(value).__name__}: {value!r}", param=name)
+        raise ApiError(400, f"'{name}' must be {names}, got {type(value).__name__}: {value!r:.100}", param=name)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ApiError(400, f"'{name}' must be a finite number, got {value}", param=name)
     if lo is not None and value < lo or hi is not None and value > hi:
         raise ApiError(400, f"'{name}' must be between {lo} and {hi}, got {value}", param=name)
+    return value
+
+
+def _text(value: str, name: str) -> str:
+    """A string that can be encoded: JSON may carry lone surrogates that no tokenizer takes."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ApiError(400, f"'{name}' is not valid Unicode (a lone surrogate at {exc.start})", param=name) from exc
     return value
 
 
@@ -93,7 +108,7 @@ def _common(body: dict, *, max_tokens_names: tuple[str, ...], default_max_tokens
         raise ApiError(400, "only response_format {'type': 'text'} is supported", param="response_format")
     max_tokens = default_max_tokens
     for name in max_tokens_names:
-        value = _get(body, name, int, None, lo=0)
+        value = _get(body, name, int, None, lo=0, hi=2**31 - 1)
         if value is not None:
             max_tokens = value
     stop = body.get("stop")
@@ -105,19 +120,27 @@ def _common(body: dict, *, max_tokens_names: tuple[str, ...], default_max_tokens
         if len(stop) > 16:
             raise ApiError(400, "at most 16 stop strings are supported", param="stop")
         stop = tuple(stop)
+    if isinstance(stop, tuple):
+        if any(not s for s in stop):
+            raise ApiError(400, "a stop string must not be empty", param="stop")
+        stop = tuple(_text(s, "stop") for s in stop)
     else:
         raise ApiError(400, "'stop' must be a string or a list of strings", param="stop")
     stream_options = _get(body, "stream_options", dict, {})
-    top_k = _get(body, "top_k", int, 0, lo=-1)
+    top_k = _get(body, "top_k", int, 0, lo=-1, hi=2**31 - 1)
+    temperature = _get(body, "temperature", float, 1.0, lo=0.0, hi=2.0)
+    if 0.0 < temperature < MIN_TEMPERATURE:  # logits / 1e-45 overflow to inf, and sampling turns NaN
+        raise ApiError(400, f"'temperature' must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {temperature}",
+                       param="temperature")
     sampling = SamplingParams(
-        temperature=_get(body, "temperature", float, 1.0, lo=0.0, hi=2.0),
+        temperature=temperature,
         top_p=_get(body, "top_p", float, 1.0, lo=0.0, hi=1.0),
         top_k=max(top_k, 0),
         min_p=_get(body, "min_p", float, 0.0, lo=0.0, hi=1.0),
         repetition_penalty=_get(body, "repetition_penalty", float, 1.0, lo=0.01, hi=10.0),
         presence_penalty=_get(body, "presence_penalty", float, 0.0, lo=-2.0, hi=2.0),
         frequency_penalty=_get(body, "frequency_penalty", float, 0.0, lo=-2.0, hi=2.0),
-        seed=_get(body, "seed", int, None),
+        seed=_get(body, "seed", int, None, lo=0, hi=2**63 - 1),
     )
     if sampling.top_p == 0.0:
         raise ApiError(400, "'top_p' must be greater than 0", param="top_p")
@@ -142,6 +165,9 @@ def parse_chat(body: Any) -> ChatRequest:
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise ApiError(400, f"messages[{i}] must be an object with a string 'role'", param="messages")
+        if message["role"] not in ROLES:  # templates write the role verbatim: no special tokens through it
+            raise ApiError(400, f"messages[{i}].role must be one of {', '.join(ROLES)}, got {message['role']!r:.50}",
+                           param="messages")
         content = message.get("content")
         if isinstance(content, list):  # content parts: text only
             texts = []
@@ -150,12 +176,18 @@ def parse_chat(body: Any) -> ChatRequest:
                     raise ApiError(400, f"messages[{i}].content: only text parts are supported", param="messages")
                 texts.append(part["text"])
             content = "".join(texts)
-        elif content is not None and not isinstance(content, str):
+        elif content is None:
+            content = ""  # OpenAI allows null content (an assistant turn that only called tools)
+        elif not isinstance(content, str):
             raise ApiError(400, f"messages[{i}].content must be a string or a list of text parts", param="messages")
-        clean.append({**message, "content": content})
+        clean.append({**message, "content": _text(content, f"messages[{i}].content")})
     logprobs = _get(body, "logprobs", bool, False)
     top_logprobs = _get(body, "top_logprobs", int, 0, lo=0, hi=20)
     kwargs = _get(body, "chat_template_kwargs", dict, {})
+    clash = sorted(set(kwargs) & set(RESERVED_TEMPLATE_ARGS))
+    if clash:
+        raise ApiError(400, f"chat_template_kwargs may not set {', '.join(clash)}: the server sets them",
+                       param="chat_template_kwargs")
     if "enable_thinking" in body and "enable_thinking" not in kwargs:
         kwargs = {**kwargs, "enable_thinking": _get(body, "enable_thinking", bool, True)}
     return ChatRequest(**common, messages=clean, logprobs=logprobs, top_logprobs=top_logprobs if logprobs else 0,
@@ -174,6 +206,8 @@ def parse_completion(body: Any) -> CompletionRequest:
             raise ApiError(400, "'prompt' must be a string, or a non-empty list of token ids", param="prompt")
     elif not isinstance(prompt, str) or not prompt:
         raise ApiError(400, "'prompt' must be a non-empty string, or a list of token ids (one prompt only)", param="prompt")
+    else:
+        prompt = _text(prompt, "prompt")
     logprobs = _get(body, "logprobs", int, None, lo=0, hi=20)
     decode_from = _get(body, "score_decode_from", int, None, lo=1)
     return CompletionRequest(**common, prompt=prompt, echo=_get(body, "echo", bool, False), logprobs=logprobs,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from serving.api_requests import ApiError, ChatRequest, CompletionRequest, parse_chat, parse_completion
 from serving.chat_template import ChatTemplate, TemplateError
@@ -33,9 +34,18 @@ from serving.engine import (
 )
 from serving.reasoning import ReasoningSplitter, prompt_opens_reasoning
 
-__all__ = ["ServerState", "create_app"]
+__all__ = ["RequestLimits", "ServerState", "create_app"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one request may cost the server before it is refused (defaults suit loopback use)."""
+
+    max_body_bytes: int = 8 * 1024 * 1024  # 413 beyond: a 32K-token prompt is ~130 KB of text
+    body_timeout_s: float = 30.0  # 408 when the body has not fully arrived by then
+    max_connections: int = 256  # connections and requests at once; 503 beyond (file descriptors last)
 
 
 @dataclass
@@ -46,12 +56,16 @@ class ServerState:
     model_dir: Path
     model_name: str
     api_key: str | None = None
+    limits: RequestLimits = field(default_factory=RequestLimits)
     created: int = field(default_factory=lambda: int(time.time()))
     warned_fields: set = field(default_factory=set)
 
 
-def create_app(state: ServerState) -> FastAPI:
+def create_app(state: ServerState, *, allowed_hosts: list[str] | None = None) -> FastAPI:
+    """The app; with `allowed_hosts`, any other Host header is refused (400) before a route runs."""
     app = FastAPI(title="exl3-autoresearch server", docs_url=None, redoc_url=None, openapi_url=None)
+    if allowed_hosts is not None:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -69,8 +83,9 @@ def create_app(state: ServerState) -> FastAPI:
     @app.get("/health")
     async def health() -> JSONResponse:
         engine = state.engine
-        if engine.failed is not None:
-            return JSONResponse({"status": "failed", "error": str(engine.failed)}, status_code=500)
+        if engine.failed is not None:  # failed to load, or its worker died: nothing will be served
+            return JSONResponse({"status": "failed", "error": f"{type(engine.failed).__name__}: {engine.failed}"},
+                                status_code=503)
         if not engine.ready.is_set():
             return JSONResponse({"status": "loading"}, status_code=503)
         return JSONResponse({"status": "ok"})
@@ -86,8 +101,10 @@ def create_app(state: ServerState) -> FastAPI:
     @app.get("/v1/server_info")
     async def server_info(request: Request) -> JSONResponse:
         _authorize(state, request)
+        loop = type(asyncio.get_running_loop())
         return JSONResponse({
             **state.engine.info(),
+            "event_loop": f"{loop.__module__}.{loop.__qualname__}",
             "model": state.model_name,
             "model_dir": str(state.model_dir),
             "config": state.config.to_dict(),
@@ -98,14 +115,9 @@ def create_app(state: ServerState) -> FastAPI:
     async def chat(request: Request):
         _authorize(state, request)
         _require_ready(state)
-        req = parse_chat(await _json_body(request))
-        _check_model(state, req.model)
-        try:
-            prompt = state.template.render(req.messages, add_generation_prompt=True, **req.template_kwargs)
-        except TemplateError as exc:
-            raise ApiError(400, f"chat template: {exc}", param="messages") from exc
-        ids = state.engine.codec.encode(prompt)
-        gen = _generation(state, req, ids, top_logprobs=req.top_logprobs if req.logprobs else None)
+        raw = await _read_body(request, state.limits)
+        # parsing, templating and tokenizing a large body take a while: never on the event loop
+        req, prompt, gen = await asyncio.to_thread(_prepare_chat, state, raw)
         splitter = ReasoningSplitter(start_in_reasoning=prompt_opens_reasoning(prompt))
         if req.stream:
             return _sse(_chat_stream(state, req, gen, splitter))
@@ -115,23 +127,43 @@ def create_app(state: ServerState) -> FastAPI:
     async def completions(request: Request):
         _authorize(state, request)
         _require_ready(state)
-        req = parse_completion(await _json_body(request))
-        _check_model(state, req.model)
-        codec = state.engine.codec
-        ids = list(req.prompt) if isinstance(req.prompt, list) else codec.encode(req.prompt)
-        if any(not 0 <= t < codec.vocab_size for t in ids):
-            raise ApiError(400, f"prompt token ids must be in [0, {codec.vocab_size})", param="prompt")
-        if req.score_decode_from is not None and req.score_decode_from > len(ids):
-            raise ApiError(400, f"score_decode_from {req.score_decode_from} is past the prompt's {len(ids)} tokens",
-                           param="score_decode_from")
-        gen = _generation(state, req, ids, top_logprobs=req.logprobs) if req.max_tokens else None
-        if gen is None and not req.echo:
-            raise ApiError(400, "max_tokens 0 makes sense only with echo", param="max_tokens")
+        raw = await _read_body(request, state.limits)
+        req, ids, gen = await asyncio.to_thread(_prepare_completion, state, raw)
         if req.stream:
             return _sse(_completion_stream(state, req, ids, gen))
         return await _until_disconnect(request, _completion_whole(state, req, ids, gen))
 
     return app
+
+
+def _prepare_chat(state: ServerState, raw: bytes) -> tuple[ChatRequest, str, GenerationRequest]:
+    req = parse_chat(_parse_json(raw))
+    _check_model(state, req.model)
+    if req.max_tokens == 0:
+        raise ApiError(400, "max_tokens must be at least 1 for a chat completion", param="max_tokens")
+    try:
+        prompt = state.template.render(req.messages, add_generation_prompt=True, **req.template_kwargs)
+    except TemplateError as exc:
+        raise ApiError(400, f"chat template: {exc}", param="messages") from exc
+    ids = state.engine.codec.encode(prompt)
+    return req, prompt, _generation(state, req, ids, top_logprobs=req.top_logprobs if req.logprobs else None)
+
+
+def _prepare_completion(state: ServerState, raw: bytes) -> tuple[CompletionRequest, list[int], GenerationRequest | None]:
+    req = parse_completion(_parse_json(raw))
+    _check_model(state, req.model)
+    codec = state.engine.codec
+    ids = list(req.prompt) if isinstance(req.prompt, list) else codec.encode(req.prompt)
+    if any(not 0 <= t < codec.vocab_size for t in ids):
+        raise ApiError(400, f"prompt token ids must be in [0, {codec.vocab_size})", param="prompt")
+    _check_context(state, ids, "prompt")  # scoring (echo + logprobs) runs the prompt through the engine too
+    if req.score_decode_from is not None and req.score_decode_from > len(ids):
+        raise ApiError(400, f"score_decode_from {req.score_decode_from} is past the prompt's {len(ids)} tokens",
+                       param="score_decode_from")
+    gen = _generation(state, req, ids, top_logprobs=req.logprobs) if req.max_tokens else None
+    if gen is None and not req.echo:
+        raise ApiError(400, "max_tokens 0 makes sense only with echo", param="max_tokens")
+    return req, ids, gen
 
 
 # ---- request plumbing ----
@@ -147,7 +179,11 @@ def _authorize(state: ServerState, request: Request) -> None:
 
 
 def _require_ready(state: ServerState) -> None:
-    if not state.engine.ready.is_set() or state.engine.failed is not None:
+    failed = state.engine.failed
+    if failed is not None:
+        raise ApiError(503, f"the engine failed and serves nothing: {type(failed).__name__}: {failed}",
+                       type="server_error", code="engine_failed")
+    if not state.engine.ready.is_set():
         raise ApiError(503, "the model is not loaded yet", type="server_error", code="model_not_ready")
 
 
@@ -157,20 +193,56 @@ def _check_model(state: ServerState, model: str | None) -> None:
                        param="model", code="model_not_found")
 
 
-async def _json_body(request: Request):
-    raw = await request.body()
+async def _read_body(request: Request, limits: RequestLimits) -> bytes:
+    """The body, if it is JSON, within the size limit, and arrives in time (415, 413, 408 otherwise)."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/json":  # a web page's form or text/plain POST cannot drive generations
+        raise ApiError(415, f"send the body as application/json, not {media or 'no content type'}",
+                       code="unsupported_media_type")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
+        raise ApiError(413, f"the body has {declared} bytes; this server takes at most {limits.max_body_bytes}",
+                       code="body_too_large")
+
+    async def read() -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limits.max_body_bytes:
+                raise ApiError(413, f"the body is over this server's limit of {limits.max_body_bytes} bytes",
+                               code="body_too_large")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"the request body is not valid JSON: {exc}") from exc
+        return await asyncio.wait_for(read(), timeout=limits.body_timeout_s)
+    except TimeoutError as exc:
+        raise ApiError(408, f"the body did not arrive within {limits.body_timeout_s:g} s", code="request_timeout") from exc
+
+
+def _parse_json(raw: bytes):
+    try:
+        return json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, NaN, a 5000-digit number, deep nesting
+        reason = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+        raise ApiError(400, f"the request body is not valid JSON: {reason}") from exc
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _check_context(state: ServerState, ids: list[int], param: str) -> None:
+    limit = state.engine.context_tokens
+    if len(ids) >= limit:
+        raise ApiError(400, f"the prompt has {len(ids)} tokens; this model's context window is {limit} tokens",
+                       param=param, code="context_length_exceeded")
 
 
 def _generation(state: ServerState, req: ChatRequest | CompletionRequest, ids: list[int], *,
                 top_logprobs: int | None) -> GenerationRequest:
     limit = state.engine.context_tokens
-    if len(ids) >= limit:
-        raise ApiError(400, f"the prompt has {len(ids)} tokens; this model's context window is {limit} tokens",
-                       param="messages" if isinstance(req, ChatRequest) else "prompt", code="context_length_exceeded")
+    _check_context(state, ids, "messages" if isinstance(req, ChatRequest) else "prompt")
     max_tokens = req.max_tokens if req.max_tokens is not None else limit - len(ids)
     if max_tokens > limit - len(ids):
         raise ApiError(400, f"max_tokens {max_tokens} plus the prompt's {len(ids)} tokens exceeds the context "

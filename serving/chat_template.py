@@ -17,7 +17,10 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from serving.errors import ConfigError
 
-__all__ = ["ChatTemplate", "TemplateError"]
+__all__ = ["RESERVED_TEMPLATE_ARGS", "ChatTemplate", "TemplateError"]
+
+# what render() passes itself: a request's chat_template_kwargs may not set them
+RESERVED_TEMPLATE_ARGS = ("messages", "add_generation_prompt", "bos_token", "eos_token")
 
 
 class TemplateError(ValueError):
@@ -68,6 +71,9 @@ class ChatTemplate:
         return cls(source, bos_token=_token_text(config.get("bos_token")), eos_token=_token_text(config.get("eos_token")))
 
     def render(self, messages: list[dict], *, add_generation_prompt: bool = True, **kwargs: Any) -> str:
+        clash = sorted(set(kwargs) & set(RESERVED_TEMPLATE_ARGS))
+        if clash:
+            raise TemplateError(f"template arguments {', '.join(clash)} are set by the server")
         try:
             return self._template.render(
                 messages=messages,

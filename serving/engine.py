@@ -199,6 +199,8 @@ class Engine(ABC):
         job = Job(request=request, emit=emit)
         self._inbox.put(("admit", job))
         self._wake.set()
+        if self.failed is not None:  # no worker will ever take it (it may have died just now)
+            self._fail_inbox(self.failed)
         return job, events
 
     # ---- the worker thread ----
@@ -214,6 +216,16 @@ class Engine(ABC):
             return
         self.ready.set()
         log.info("engine %s ready: context %d tokens", self.name, self.context_tokens)
+        try:
+            self._serve()
+        except BaseException as exc:  # the worker is gone: /health says so, every waiting job is told
+            log.exception("engine worker died")
+            self.failed = exc
+            for job in self._active_jobs():
+                self._fail_job(job, exc, log_it=False)
+            self._fail_inbox(exc)
+
+    def _serve(self) -> None:
         while not self._stopping:
             self._drain_inbox()
             if not self._has_work():
@@ -234,17 +246,38 @@ class Engine(ABC):
             if kind == "admit":
                 if job.cancelled:
                     continue
-                self._admit(job)
+                try:
+                    self._admit(job)
+                except Exception as exc:  # this job cannot run (e.g. exllamav3 asserts it is too large)
+                    self._fail_job(job, exc)
             else:
                 self.cancelled_total += 1
                 self._cancel(job)
 
+    def _fail_job(self, job: Job, exc: BaseException, *, log_it: bool = True) -> None:
+        """Fail one job with the error and forget it; the others go on."""
+        if log_it:
+            log.error("job %d failed: %s: %s", job.serial, type(exc).__name__, exc)
+        job.emit(FinishEvent("stop", EngineUsage(), error=f"{type(exc).__name__}: {exc}"))
+        try:
+            self._cancel(job)
+        except Exception:  # the engine may hold no state for a job that failed on admission
+            log.debug("cancelling failed job %d", job.serial, exc_info=True)
+
+    def _fail_inbox(self, exc: BaseException) -> None:
+        while True:
+            try:
+                kind, job = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "admit":
+                self._fail_job(job, exc, log_it=False)
+
     def _fail_all(self, exc: Exception) -> None:
-        """A step raised: fail the jobs in flight with the error, keep the engine serving."""
+        """A batched step raised and no single job can be blamed: fail those in flight, keep serving."""
         log.exception("engine step failed")
         for job in self._active_jobs():
-            job.emit(FinishEvent("stop", EngineUsage(), error=f"{type(exc).__name__}: {exc}"))
-            self._cancel(job)
+            self._fail_job(job, exc, log_it=False)
 
     @abstractmethod
     def _load(self) -> None: ...

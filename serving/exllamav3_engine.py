@@ -99,7 +99,12 @@ class Exl3Engine(Engine):
     def _load(self) -> None:
         import torch
         from exllamav3 import Cache, Config, Generator, Model, Tokenizer
+        from exllamav3 import Job as Exl3Job
         from exllamav3.cache import CacheLayer_fp16, CacheLayer_quant
+        from exllamav3.generator.sampler import ArgmaxSampler, ComboSampler
+
+        # bound once here, so admitting a job imports nothing (and tests can stand in for them)
+        self._job_class, self._argmax, self._combo = Exl3Job, ArgmaxSampler, ComboSampler
 
         if not torch.cuda.is_available():
             raise ConfigError("the exllamav3 engine needs a CUDA GPU; use the transformers engine on CPU")
@@ -159,8 +164,8 @@ class Exl3Engine(Engine):
 
     def _admit(self, job: Job) -> None:
         import torch
-        from exllamav3 import Job as Exl3Job
 
+        Exl3Job = self._job_class
         req = job.request
         if isinstance(req, ScoreRequest):
             prefix = req.prompt_ids[: req.decode_from]
@@ -169,9 +174,7 @@ class Exl3Engine(Engine):
             if not forced:
                 job.emit(FinishEvent("stop", EngineUsage(prompt_tokens=len(prefix)), scores=tuple(self._scores.pop(job.serial))))
                 return
-            from exllamav3.generator.sampler import ArgmaxSampler
-
-            exl3_job = Exl3Job(input_ids=torch.tensor([prefix]), max_new_tokens=len(forced), sampler=ArgmaxSampler(),
+            exl3_job = Exl3Job(input_ids=torch.tensor([prefix]), max_new_tokens=len(forced), sampler=self._argmax(),
                                stop_conditions=[], return_top_tokens=req.top_logprobs, return_probs=True,
                                identifier=job.serial)
             self.generator.enqueue(exl3_job)
@@ -193,13 +196,11 @@ class Exl3Engine(Engine):
         self._exl3_jobs[job.serial] = exl3_job
 
     def _sampler(self, req: GenerationRequest):
-        from exllamav3.generator.sampler import ArgmaxSampler, ComboSampler
-
         s = req.sampling
         plain = s.repetition_penalty == 1.0 and not s.presence_penalty and not s.frequency_penalty
         if s.is_greedy and plain:
-            return ArgmaxSampler()
-        return ComboSampler(rep_p=s.repetition_penalty, pres_p=s.presence_penalty, freq_p=s.frequency_penalty,
+            return self._argmax()
+        return self._combo(rep_p=s.repetition_penalty, pres_p=s.presence_penalty, freq_p=s.frequency_penalty,
                             temperature=s.temperature, min_p=s.min_p, top_k=s.top_k, top_p=s.top_p)
 
     def _cancel(self, job: Job) -> None:

@@ -123,7 +123,7 @@ class ServerProcess:
         return classify_failure(self.log_tail(), code, during_load=not self.ready)
 
     def check(self) -> LaunchError | None:
-        """Like `failure()`, but also reports an out-of-memory error the living server logged."""
+        """Like `failure()`, but also reports a living server whose engine died or ran out of memory."""
         failure = self.failure()
         if failure is not None:
             return failure
@@ -131,6 +131,14 @@ class ServerProcess:
         if self.ready and any(m in text for m in _OOM_MARKERS):
             return OutOfMemoryWhileServing("the server ran out of memory while serving a request",
                                            log_tail=self.log_tail()[-4000:])
+        if self.ready:
+            try:
+                health = httpx.get(self.url + "/health", timeout=10.0)
+            except httpx.HTTPError:
+                return None  # busy or slow is not dead; the process lives
+            if health.status_code == 503 and _json_field(health, "status") == "failed":
+                return ServerCrashed(f"the server's engine died: {_json_field(health, 'error')}",
+                                     log_tail=self.log_tail()[-4000:])
         return None
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -209,7 +217,11 @@ def classify_failure(log_tail: str, exit_code: int | None, *, during_load: bool)
 
 
 def port_is_free(host: str, port: int) -> bool:
+    """Whether a server could bind `port` now: as uvicorn binds, with SO_REUSEADDR, so a port whose
+    last connections linger in TIME_WAIT (for a minute after a crash) is free, and one that another
+    process listens on is not."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -221,6 +233,14 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def _json_field(response: httpx.Response, name: str):
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    return body.get(name) if isinstance(body, dict) else None
 
 
 def _limit_memory(limit: int | None):

@@ -112,10 +112,12 @@ class TransformersEngine(Engine):
             self._active.append(job)
         with torch.inference_mode():
             for job in list(self._active):
-                if isinstance(job.request, ScoreRequest):
-                    done = self._advance_score(job)
-                else:
-                    done = self._advance_generation(job)
+                try:  # jobs advance one at a time here, so a failure is this job's alone
+                    done = self._advance_score(job) if isinstance(job.request, ScoreRequest) else \
+                        self._advance_generation(job)
+                except Exception as exc:
+                    self._fail_job(job, exc)
+                    continue
                 if done:
                     self._active.remove(job)
 

@@ -8,9 +8,6 @@ import time
 import httpx
 import pytest
 
-from serving.config import ServingConfig
-from serving.launcher import LaunchSpec, free_port, launch
-
 pytestmark = pytest.mark.slow
 
 
@@ -150,7 +147,8 @@ def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(tiny_server
 
 
 def test_malformed_json_is_a_400(tiny_server):
-    r = httpx.post(tiny_server.url + "/v1/completions", content=b"{not json", timeout=30)
+    r = httpx.post(tiny_server.url + "/v1/completions", content=b"{not json", timeout=30,
+                   headers={"content-type": "application/json"})
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
     r = httpx.post(tiny_server.url + "/v1/completions", json={"prompt": [1, 2, 99999], "max_tokens": 1}, timeout=30)
     assert r.status_code == 400 and "token ids" in r.json()["error"]["message"]
@@ -214,21 +212,6 @@ def test_server_info_names_config_and_engine(tiny_server):
     info = httpx.get(tiny_server.url + "/v1/server_info").json()
     assert info["engine"] == "transformers" and info["config"]["engine"] == "transformers"
     assert len(info["config_digest"]) == 64 and info["torch_version"]
-
-
-@pytest.fixture(scope="module")
-def keyed_server(tiny_model_dir, tmp_path_factory):
-    """A second server: API key required, 512-token context."""
-    tmp = tmp_path_factory.mktemp("keyed")
-    key = tmp / "key"
-    key.write_text("test-key-123\n")
-    key.chmod(0o600)
-    config = ServingConfig.from_dict({"engine": "transformers", "args": {"context_tokens": 512, "threads": 1},
-                                      "served_model_name": "tiny-keyed"})
-    spec = LaunchSpec(model_dir=tiny_model_dir, config=config, port=free_port(), log_path=tmp / "server.log",
-                      api_key_file=key, startup_timeout_s=180)
-    with launch(spec) as server:
-        yield server
 
 
 def test_auth_accepted_and_refused(keyed_server):

@@ -251,15 +251,18 @@ def write_report(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalS
         lines.append(f"| {t.number} | {outcome} | {reasons} | `{changed_knobs(t.user_attrs.get('config', {}), base_cfg)}` |")
     lines += _measured_table(study, db, plan, base_cfg)
     lines += ["", "## Per-taskset results (never merged)", ""]
-    base_sets = _tasksets(db, store, plan, baseline.number if baseline else None)
-    champ_trial = champion["trial"] if champion and not champion["is_baseline"] else None
-    champ_sets = _tasksets(db, store, plan, champ_trial)
-    lines += ["| taskset | run | tasks | rollouts | reward | failures (ok=false) | truncations | output tok/s |",
-              "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for label, sets in (("baseline", base_sets), (f"champion (trial {champ_trial})", champ_sets)):
-        for name, r in sets.items():
-            lines.append(f"| {name} | {label} | {r.tasks} | {r.rollouts} | {_fmt(r.reward_mean, 3)} | {r.failures} | "
-                         f"{r.truncations} | {_fmt(r.output_tok_per_s)} |")
+    if plan.suite == "none":
+        lines.append("Not run: `--suite none` gates on fidelity alone.")
+    else:
+        base_sets = _tasksets(db, store, plan, baseline.number if baseline else None)
+        champ_trial = champion["trial"] if champion and not champion["is_baseline"] else None
+        champ_sets = _tasksets(db, store, plan, champ_trial)
+        lines += ["| taskset | run | tasks | rollouts | reward | failures (ok=false) | truncations | output tok/s |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for label, sets in (("baseline", base_sets), (f"champion (trial {champ_trial})", champ_sets)):
+            for name, r in sets.items():
+                lines.append(f"| {name} | {label} | {r.tasks} | {r.rollouts} | {_fmt(r.reward_mean, 3)} | "
+                             f"{r.failures} | {r.truncations} | {_fmt(r.output_tok_per_s)} |")
     lines += ["", "## Provenance", ""]
     prov = db.provenance(study=plan.study_name)
     if prov:

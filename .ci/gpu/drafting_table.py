@@ -1,0 +1,58 @@
+"""GPU machine, real model: decode per prompt kind and draft acceptance for each drafting setting.
+
+    source .device-kit/setup.sh && python .ci/gpu/drafting_table.py /tmp/real-model/exl3-4.0 [CONTEXT ...]
+
+Writes $OUT/drafting.json (one row per setting, context and kind) and bench-<setting>.json records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from serving.config import ServingConfig
+from serving.launcher import LaunchSpec, free_port, launch
+
+OUT = Path(os.environ.get("OUT", "/tmp/out"))
+SETTINGS = {
+    "defaults": {},
+    "ngram-4": {"draft_mode": "ngram", "ngram_match_min": 2, "num_draft_tokens": 4},
+    "ngram-8": {"draft_mode": "ngram", "ngram_match_min": 2, "num_draft_tokens": 8},
+    "suffix-8": {"hybrid_draft_tokens": 8},
+    "ngram-4-suffix-8": {"draft_mode": "ngram", "ngram_match_min": 2, "num_draft_tokens": 4, "hybrid_draft_tokens": 8},
+}
+
+
+def main() -> int:
+    model, contexts = Path(sys.argv[1]), sys.argv[2:] or ["1024", "8192"]
+    OUT.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name, args in SETTINGS.items():
+        spec = LaunchSpec(model_dir=model, config=ServingConfig.from_dict({"engine": "exllamav3", "args": args}),
+                          port=free_port(), log_path=Path(f"/tmp/drafting/{name}.log"))
+        path = OUT / f"bench-{name}.json"
+        try:
+            with launch(spec) as server:
+                subprocess.run([sys.executable, "-m", "bench", "--url", server.url, "--prefill", "8192", "--decode",
+                                ",".join(contexts), "--decode-kinds", "math,code,mc", "--decode-tokens", "256",
+                                "--max-repeats", "5", "--json", str(path)], check=True, stdout=subprocess.DEVNULL)
+        except Exception as exc:  # one setting that fails must not hide the others
+            rows.append({"setting": name, "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        result = json.loads(path.read_text())
+        for p in result["decode"]:
+            rows.append({"setting": name, "context": p["context_tokens"], "kind": p["kind"],
+                         "decode_tok_per_s_client": (p["decode_tok_per_s_client"] or {}).get("median"),
+                         "spec_acceptance": p["spec_acceptance"], "valid_runs": p["valid_runs"],
+                         "invalid_reasons": p["invalid_reasons"]})
+        (OUT / "drafting.json").write_text(json.dumps(rows, indent=1))
+    for r in rows:
+        print(json.dumps(r))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,7 +7,7 @@ Usage:
     python -m autoresearch export [--study NAME] [--storage URL] [--out champion.json]
     python -m autoresearch report [--study NAME] [--storage URL]
 
-Exit status: 0 done, 1 the run failed, 2 usage error.
+Exit status: 0 done, 1 the run failed, 2 usage or storage error.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from autoresearch.errors import AutoresearchError, PlanError
+from autoresearch.errors import AutoresearchError, PlanError, StorageError
 
 log = logging.getLogger("autoresearch")
 DEFAULT_STORAGE = "sqlite:///results.db"
@@ -216,7 +216,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
     try:
+        return _command(args)
+    except StorageError as exc:
+        print(f"StorageError: {exc}", file=sys.stderr)
+        return 2
+
+
+def _command(args: argparse.Namespace) -> int:
+    import sqlalchemy
+
+    from autoresearch.db import readable_storage
+
+    shown = args.storage
+    if args.command != "run":  # reports and exports only read: a read-only copy of a database will do
+        args.storage = readable_storage(args.storage)
+    try:
+        return _run_command(args, shown)
+    except sqlalchemy.exc.DatabaseError as exc:  # corrupt, not a database, locked, unreachable server
+        raise StorageError(f"cannot use {shown}: {exc.orig if exc.orig is not None else exc}".splitlines()[0]) \
+            from exc
+
+
+def _run_command(args: argparse.Namespace, shown_storage: str) -> int:
+    try:
         plan = make_plan(args)
+        if shown_storage != args.storage:
+            import dataclasses
+
+            plan = dataclasses.replace(plan, storage_shown=shown_storage)
         if args.command == "export":
             from autoresearch.export import export_champion
 

@@ -5,13 +5,14 @@
     ├── ModelSourceError   the model cannot be found, downloaded or verified
     ├── StudyError         the stored study does not match this run (directions, engine, model)
     ├── PortUnavailable    the server port stays taken by another process: no configuration is to blame
+    ├── StorageError       the results database cannot be read or written (corrupt, not a database)
     └── Unmeasured         a bench result lacks a valid run at some point of the plan
         └── BaselineUnmeasured   ...the baseline's: nothing can be judged, the study stops
 """
 
 from __future__ import annotations
 
-__all__ = ["AutoresearchError", "BaselineUnmeasured", "ModelSourceError", "PlanError", "PortUnavailable", "StudyError",
+__all__ = ["AutoresearchError", "BaselineUnmeasured", "ModelSourceError", "PlanError", "PortUnavailable", "StorageError", "StudyError",
            "Unmeasured"]
 
 
@@ -41,3 +42,7 @@ class BaselineUnmeasured(Unmeasured):
 
 class PortUnavailable(AutoresearchError):
     """The server's port stays taken by another process; the loop stops instead of blaming a configuration."""
+
+
+class StorageError(AutoresearchError):
+    """The results database cannot be used; the message names it and says why in one line."""

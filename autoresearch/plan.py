@@ -75,6 +75,12 @@ class RunPlan:
     startup_timeout_s: float = 900.0
     heartbeat_s: int = 10
     grace_s: int = 60
+    storage_shown: str | None = None  # the database a read-only copy (storage_url) was made of
+
+    @property
+    def storage_label(self) -> str:
+        """The database as the user named it (reports say where their numbers live)."""
+        return self.storage_shown or self.storage_url
 
     def __post_init__(self) -> None:
         if self.trials is not None and self.trials < 1:

@@ -187,8 +187,8 @@ def write_report(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalS
     lines = [
         f"# Results: {plan.study_name}",
         "",
-        f"Generated {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')} from `{plan.storage_url}` "
-        f"(`optuna-dashboard {plan.storage_url}` shows the same study). Model **{plan.model.name}** "
+        f"Generated {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')} from `{plan.storage_label}` "
+        f"(`optuna-dashboard {plan.storage_label}` shows the same study). Model **{plan.model.name}** "
         f"(`{plan.model.source}`, manifest `{plan.model.manifest_hash[:16]}`), engine **{plan.engine}**, "
         f"suite **{plan.suite}**. Objectives: decode tok/s timed by the client and prefill tok/s timed by the "
         "server (uncached tokens over the engine's prefill time), each a geometric mean over bench's points; "

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from serving.errors import ServingError
+from serving.limits import RequestLimits
 from serving.units import parse_bytes
 
 log = logging.getLogger("serving")
@@ -34,6 +35,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--vram-limit", type=parse_bytes, default=None,
                         help="cap this process's GPU memory, e.g. 24GiB to emulate an RTX 3090 on a larger GPU")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    limits = parser.add_argument_group("request limits (defaults suit loopback use)")
+    limits.add_argument("--max-body-bytes", type=parse_bytes, default=RequestLimits.max_body_bytes,
+                        help="larger bodies get 413 (default 8MiB)")
+    limits.add_argument("--body-timeout", type=float, default=RequestLimits.body_timeout_s,
+                        help="seconds for a request's body to arrive, else 408 (default 30)")
+    limits.add_argument("--header-timeout", type=float, default=RequestLimits.header_timeout_s,
+                        help="seconds for a request's headers to arrive, else the socket is closed (default 10)")
+    limits.add_argument("--max-connections", type=int, default=RequestLimits.max_connections,
+                        help="requests and connections at once, 503 beyond; 4x this many sockets are closed "
+                        "at once (default 256)")
     return parser
 
 
@@ -70,8 +81,10 @@ def prepare(args: argparse.Namespace):
     from serving.app import ServerState
 
     name = config.served_model_name or args.model.resolve().name
+    limits = RequestLimits(max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout,
+                           header_timeout_s=args.header_timeout, max_connections=args.max_connections)
     return ServerState(engine=engine, template=template, config=config, model_dir=args.model.resolve(),
-                       model_name=name, api_key=api_key)
+                       model_name=name, api_key=api_key, limits=limits)
 
 
 def build_engine(config, model_dir: Path, *, vram_limit_bytes: int | None = None):
@@ -104,7 +117,7 @@ def serve(state, *, host: str, port: int, log_level: str) -> int:
     app = create_app(state, allowed_hosts=_allowed_hosts(host, port) if state.api_key is None else None)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level if log_level != "info" else "warning",
                             access_log=False, timeout_graceful_shutdown=5, loop=_fastest("uvloop", "asyncio"),
-                            http=_fastest("httptools", "h11"), limit_concurrency=state.limits.max_connections,
+                            http=_http_protocol(state.limits), limit_concurrency=state.limits.max_connections,
                             timeout_keep_alive=5)
     server = uvicorn.Server(config)
     exit_code = {"value": 0}
@@ -143,6 +156,16 @@ def _allowed_hosts(host: str, port: int) -> list[str]:
     a DNS name to 127.0.0.1 cannot drive it (DNS rebinding)."""
     names = {host, "localhost", "127.0.0.1", "[::1]"} if host in ("127.0.0.1", "localhost", "::1") else {host}
     return sorted(n for name in names for n in (name, f"{name}:{port}"))
+
+
+def _http_protocol(limits):
+    """httptools (uvicorn[standard], a dependency) with the header deadline and the socket cap."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from serving.connections import guarded_protocol
+
+    return guarded_protocol(HttpToolsProtocol, header_timeout_s=limits.header_timeout_s,
+                            max_open=4 * limits.max_connections)
 
 
 def _fastest(preferred: str, fallback: str) -> str:

@@ -32,20 +32,12 @@ from serving.engine import (
     TokenEvent,
     TokenScore,
 )
+from serving.limits import RequestLimits
 from serving.reasoning import ReasoningSplitter, prompt_opens_reasoning
 
-__all__ = ["RequestLimits", "ServerState", "create_app"]
+__all__ = ["ServerState", "create_app"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RequestLimits:
-    """What one request may cost the server before it is refused (defaults suit loopback use)."""
-
-    max_body_bytes: int = 8 * 1024 * 1024  # 413 beyond: a 32K-token prompt is ~130 KB of text
-    body_timeout_s: float = 30.0  # 408 when the body has not fully arrived by then
-    max_connections: int = 256  # connections and requests at once; 503 beyond (file descriptors last)
 
 
 @dataclass

@@ -68,6 +68,7 @@ class LaunchSpec:
     startup_timeout_s: float = 900.0
     python: str = sys.executable
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    server_args: tuple[str, ...] = ()  # more `python -m serving` flags, e.g. ("--header-timeout", "5")
 
     @property
     def url(self) -> str:
@@ -183,6 +184,7 @@ def start(spec: LaunchSpec) -> ServerProcess:
         cmd += ["--api-key-file", str(spec.api_key_file)]
     if spec.vram_limit_bytes:
         cmd += ["--vram-limit", str(spec.vram_limit_bytes)]
+    cmd += list(spec.server_args)
     env = {**os.environ, **spec.extra_env, "PYTHONUNBUFFERED": "1"}
     gpu_baseline = gpu_memory.snapshot()
     log.info("launching %s config %s on port %d, log %s", spec.config.engine, spec.config.digest[:12], spec.port,

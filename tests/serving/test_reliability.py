@@ -322,3 +322,51 @@ def test_a_port_in_time_wait_is_free_and_a_listened_port_is_not():
         plain.bind(("127.0.0.1", port))
     plain.close()
     assert port_is_free("127.0.0.1", port)
+
+
+# ---- defect 6: sockets that never finish their headers are closed; many idle ones do not starve /health ----
+
+
+@pytest.fixture(scope="module")
+def strict_server(tiny_model_dir, tmp_path_factory):
+    from serving.config import ServingConfig
+    from serving.launcher import LaunchSpec, free_port, launch
+
+    spec = LaunchSpec(model_dir=tiny_model_dir, config=ServingConfig.from_dict({"engine": "transformers",
+                                                                                "args": {"threads": 1}}),
+                      port=free_port(), log_path=tmp_path_factory.mktemp("strict") / "server.log",
+                      startup_timeout_s=180, server_args=("--header-timeout", "1", "--max-connections", "8"))
+    with launch(spec) as server:
+        yield server
+
+
+def _closed_by_peer(sock: socket.socket, within_s: float) -> bool:
+    sock.settimeout(within_s)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+
+
+def test_a_socket_that_never_finishes_its_headers_is_closed(strict_server):
+    host, port = strict_server.url.removeprefix("http://").split(":")
+    slow = socket.create_connection((host, int(port)))
+    slow.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the blank line
+    assert _closed_by_peer(slow, within_s=5)
+    idle = socket.create_connection((host, int(port)))  # connects and says nothing at all
+    assert _closed_by_peer(idle, within_s=5)
+    assert httpx.get(strict_server.url + "/health", timeout=5).status_code == 200
+
+
+def test_sockets_over_the_cap_are_closed_and_health_still_answers(strict_server):
+    host, port = strict_server.url.removeprefix("http://").split(":")
+    idle = [socket.create_connection((host, int(port))) for _ in range(40)]  # cap: 4 x 8 open sockets
+    try:
+        time.sleep(0.3)
+        closed = sum(_closed_by_peer(s, within_s=0.2) for s in idle)
+        assert closed >= 40 - 32
+    finally:
+        for s in idle:
+            s.close()
+    time.sleep(0.2)
+    assert httpx.get(strict_server.url + "/health", timeout=5).status_code == 200

@@ -1,0 +1,53 @@
+"""A results database that cannot be used is one clear line and exit status 2; a read-only copy reports."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from autoresearch.__main__ import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "q27-champion" / "results.db"
+
+
+@pytest.mark.parametrize("command", ["report", "export"])
+def test_a_corrupt_database_is_one_line_and_exit_2(tmp_path, capsys, command):
+    bad = tmp_path / "results.db"
+    bad.write_bytes(b"this is not SQLite" * 100)
+    code = main([command, "--study", "q27-champion", "--storage", f"sqlite:///{bad}", "--out", str(tmp_path / "c.json"),
+                 "--results-md", str(tmp_path / "RESULTS.md")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err == [f"StorageError: cannot use sqlite:///{bad}: file is not a database"]
+
+
+def test_a_read_only_copy_of_a_study_reports(tmp_path):
+    """The database in a folder nothing may be written to, as an archive or another user's copy is."""
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    shutil.copy(EXAMPLE, archive / "results.db")
+    if os.geteuid() == 0:  # root writes through permissions: make the folder immutable instead
+        if subprocess.run(["chattr", "+i", str(archive)], capture_output=True).returncode != 0:
+            pytest.skip("running as root on a filesystem without chattr +i")
+    else:
+        archive.chmod(0o555)
+    try:
+        probe = subprocess.run(["touch", str(archive / "results.db-shm")], capture_output=True)
+        assert probe.returncode != 0  # SQLite could not create its WAL index there either
+        out = tmp_path / "RESULTS.md"
+        code = main(["report", "--study", "q27-champion", "--storage", f"sqlite:///{archive / 'results.db'}",
+                     "--results-md", str(out)])
+        assert sorted(p.name for p in archive.iterdir()) == ["results.db"]  # nothing was written beside it
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(archive)], check=True)
+        archive.chmod(0o755)
+    assert code == 0
+    text = out.read_text()
+    assert f"from `sqlite:///{archive / 'results.db'}`" in text  # named as the user named it
+    assert "## Champion" in text and "**trial 1**" in text

@@ -1,25 +1,33 @@
-"""Parse OpenAI request bodies into typed, validated requests; every problem is a 400 with a reason.
+"""OpenAI request bodies: their schema (pydantic models, also served as /openapi.json) and parsing
+into typed requests; every problem is a 400 in the OpenAI error shape, with a reason.
 
-Validation is strict about types (a string where a number belongs is an error, never coerced) and
-explicit about what is not supported (tools, n > 1, logit_bias), so a client never gets a silent
-approximation of what it asked for. Unknown fields are ignored, as OpenAI-compatible servers do,
-because SDKs send optional fields freely.
+Validation is strict about types (a string where a number belongs is an error, never coerced),
+rejects non-finite and out-of-range numbers before they reach sampling, and is explicit about what
+is not supported (tools, n > 1, logit_bias), so a client never gets a silent approximation of what
+it asked for. Unknown fields are ignored, as OpenAI-compatible servers do, because SDKs send optional
+fields freely.
+
+Usage:
+    req = parse_chat(json_object)          # ChatRequest, or raises ApiError(400, ...)
+    ChatBody.model_json_schema()            # the request body's JSON Schema
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from serving.chat_template import RESERVED_TEMPLATE_ARGS
 from serving.engine import SamplingParams
 
-__all__ = ["ApiError", "ChatRequest", "CompletionRequest", "parse_chat", "parse_completion"]
+__all__ = ["ApiError", "ChatBody", "ChatRequest", "CompletionBody", "CompletionRequest", "parse_chat",
+           "parse_completion"]
 
-_MISSING = object()
-MIN_TEMPERATURE = 1e-3
+MIN_TEMPERATURE = 1e-3  # logits / 1e-45 overflow to inf, and sampling turns NaN
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+_INT32 = 2**31 - 1
 
 
 class ApiError(Exception):
@@ -37,6 +45,127 @@ class ApiError(Exception):
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
+
+# ---- the wire schema ----
+
+class _Body(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+
+
+class _TextPart(_Body):
+    type: Literal["text"]
+    text: str
+
+
+class Message(_Body):
+    """One chat message; other keys (name, tool_call_id, ...) reach the chat template as sent."""
+
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
+    role: Literal[ROLES]  # templates write the role verbatim: no special tokens through it
+    content: str | list[_TextPart] | None = None  # null: an assistant turn that only called tools
+
+    def as_template_message(self) -> dict:
+        content = self.content
+        if isinstance(content, list):
+            content = "".join(part.text for part in content)
+        return {**(self.model_extra or {}), "role": self.role, "content": content or ""}
+
+
+class _StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class _Sampling(_Body):
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    top_k: Annotated[int, Field(ge=-1, le=_INT32)] | None = None
+    min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    repetition_penalty: Annotated[float, Field(ge=0.01, le=10.0)] | None = None
+    presence_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] | None = None
+    frequency_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] | None = None
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+    stop: str | list[str] | None = None
+    stream: bool | None = None
+    stream_options: _StreamOptions | None = None
+    ignore_eos: bool | None = None
+    return_tokens_as_token_ids: bool | None = None
+    model: str | None = None
+    n: int | None = None
+    logit_bias: dict[str, Any] | None = None
+    tools: list[Any] | None = None
+    response_format: dict[str, Any] | None = None
+
+    @field_validator("temperature")
+    @classmethod
+    def _not_subnormal(cls, value: float | None) -> float | None:
+        if value is not None and 0.0 < value < MIN_TEMPERATURE:
+            raise ValueError(f"'temperature' must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {value}")
+        return value
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_strings(cls, value):
+        strings = [value] if isinstance(value, str) else value or []
+        if len(strings) > 16:
+            raise ValueError("at most 16 stop strings are supported")
+        if any(not s for s in strings):
+            raise ValueError("a stop string must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _supported(self):
+        if self.n not in (None, 1):
+            raise ValueError(f"only n=1 is supported, got n={self.n}")
+        if self.logit_bias:
+            raise ValueError("logit_bias is not supported")
+        if self.tools:
+            raise ValueError("tool calling is not supported by this server")
+        if self.response_format is not None and self.response_format.get("type", "text") != "text":
+            raise ValueError("only response_format {'type': 'text'} is supported")
+        return self
+
+
+class ChatBody(_Sampling):
+    """POST /v1/chat/completions."""
+
+    messages: Annotated[list[Message], Field(min_length=1)]
+    max_tokens: Annotated[int, Field(ge=0, le=_INT32)] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=0, le=_INT32)] | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    enable_thinking: bool | None = None
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _not_reserved(cls, value: dict | None) -> dict | None:
+        clash = sorted(set(value or {}) & set(RESERVED_TEMPLATE_ARGS))
+        if clash:
+            raise ValueError(f"chat_template_kwargs may not set {', '.join(clash)}: the server sets them")
+        return value
+
+
+class CompletionBody(_Sampling):
+    """POST /v1/completions: one prompt, as text or token ids."""
+
+    prompt: Annotated[str, Field(min_length=1)] | Annotated[list[int], Field(min_length=1)] \
+        | Annotated[list[Annotated[str, Field(min_length=1)] | Annotated[list[int], Field(min_length=1)]],
+                    Field(min_length=1, max_length=1)]
+    max_tokens: Annotated[int, Field(ge=0, le=_INT32)] | None = None
+    echo: bool | None = None
+    logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    score_decode_from: Annotated[int, Field(ge=1)] | None = None
+    suffix: str | None = None
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, value: str | None) -> str | None:
+        if value:
+            raise ValueError("'suffix' is not supported")
+        return value
+
+
+# ---- the typed requests the handlers use ----
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Common:
@@ -66,149 +195,107 @@ class CompletionRequest(_Common):
     score_decode_from: int | None
 
 
-def _get(body: dict, name: str, kind: type | tuple, default: Any = None, *, lo=None, hi=None, nullable=True) -> Any:
-    value = body.get(name, _MISSING)
-    if value is _MISSING or (value is None and nullable):
-        return default
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
-    if float in kinds and isinstance(value, int) and not isinstance(value, bool):
-        ok, value = True, float(value)
-    if not ok:
-        names = " or ".join(k.__name__ for k in kinds).replace("str", "string").replace("float", "number").replace("int", "integer").replace("bool", "boolean")
-        raise ApiError(400, f"'{name}' must be {names}, got {type(value).__name__}: {value!r:.100}", param=name)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ApiError(400, f"'{name}' must be a finite number, got {value}", param=name)
-    if lo is not None and value < lo or hi is not None and value > hi:
-        raise ApiError(400, f"'{name}' must be between {lo} and {hi}, got {value}", param=name)
-    return value
-
-
-def _text(value: str, name: str) -> str:
-    """A string that can be encoded: JSON may carry lone surrogates that no tokenizer takes."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ApiError(400, f"'{name}' is not valid Unicode (a lone surrogate at {exc.start})", param=name) from exc
-    return value
-
-
-def _common(body: dict, *, max_tokens_names: tuple[str, ...], default_max_tokens: int | None) -> dict:
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    n = _get(body, "n", int, 1)
-    if n != 1:
-        raise ApiError(400, f"only n=1 is supported, got n={n}", param="n")
-    if body.get("logit_bias"):
-        raise ApiError(400, "logit_bias is not supported", param="logit_bias")
-    if body.get("tools"):
-        raise ApiError(400, "tool calling is not supported by this server", param="tools")
-    fmt = body.get("response_format")
-    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type", "text") != "text"):
-        raise ApiError(400, "only response_format {'type': 'text'} is supported", param="response_format")
-    max_tokens = default_max_tokens
-    for name in max_tokens_names:
-        value = _get(body, name, int, None, lo=0, hi=2**31 - 1)
-        if value is not None:
-            max_tokens = value
-    stop = body.get("stop")
-    if stop is None:
-        stop = ()
-    elif isinstance(stop, str):
-        stop = (stop,)
-    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        if len(stop) > 16:
-            raise ApiError(400, "at most 16 stop strings are supported", param="stop")
-        stop = tuple(stop)
-    if isinstance(stop, tuple):
-        if any(not s for s in stop):
-            raise ApiError(400, "a stop string must not be empty", param="stop")
-        stop = tuple(_text(s, "stop") for s in stop)
-    else:
-        raise ApiError(400, "'stop' must be a string or a list of strings", param="stop")
-    stream_options = _get(body, "stream_options", dict, {})
-    top_k = _get(body, "top_k", int, 0, lo=-1, hi=2**31 - 1)
-    temperature = _get(body, "temperature", float, 1.0, lo=0.0, hi=2.0)
-    if 0.0 < temperature < MIN_TEMPERATURE:  # logits / 1e-45 overflow to inf, and sampling turns NaN
-        raise ApiError(400, f"'temperature' must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {temperature}",
-                       param="temperature")
-    sampling = SamplingParams(
-        temperature=temperature,
-        top_p=_get(body, "top_p", float, 1.0, lo=0.0, hi=1.0),
-        top_k=max(top_k, 0),
-        min_p=_get(body, "min_p", float, 0.0, lo=0.0, hi=1.0),
-        repetition_penalty=_get(body, "repetition_penalty", float, 1.0, lo=0.01, hi=10.0),
-        presence_penalty=_get(body, "presence_penalty", float, 0.0, lo=-2.0, hi=2.0),
-        frequency_penalty=_get(body, "frequency_penalty", float, 0.0, lo=-2.0, hi=2.0),
-        seed=_get(body, "seed", int, None, lo=0, hi=2**63 - 1),
-    )
-    if sampling.top_p == 0.0:
-        raise ApiError(400, "'top_p' must be greater than 0", param="top_p")
-    return dict(
-        model=_get(body, "model", str, None),
-        max_tokens=max_tokens,
-        sampling=sampling,
-        stop=stop,
-        stream=_get(body, "stream", bool, False),
-        include_usage=bool(_get(stream_options, "include_usage", bool, False)),
-        ignore_eos=_get(body, "ignore_eos", bool, False),
-        tokens_as_ids=_get(body, "return_tokens_as_token_ids", bool, False),
-    )
-
-
 def parse_chat(body: Any) -> ChatRequest:
-    common = _common(body, max_tokens_names=("max_tokens", "max_completion_tokens"), default_max_tokens=None)
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise ApiError(400, "'messages' must be a non-empty list", param="messages")
-    clean = []
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise ApiError(400, f"messages[{i}] must be an object with a string 'role'", param="messages")
-        if message["role"] not in ROLES:  # templates write the role verbatim: no special tokens through it
-            raise ApiError(400, f"messages[{i}].role must be one of {', '.join(ROLES)}, got {message['role']!r:.50}",
-                           param="messages")
-        content = message.get("content")
-        if isinstance(content, list):  # content parts: text only
-            texts = []
-            for part in content:
-                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                    raise ApiError(400, f"messages[{i}].content: only text parts are supported", param="messages")
-                texts.append(part["text"])
-            content = "".join(texts)
-        elif content is None:
-            content = ""  # OpenAI allows null content (an assistant turn that only called tools)
-        elif not isinstance(content, str):
-            raise ApiError(400, f"messages[{i}].content must be a string or a list of text parts", param="messages")
-        clean.append({**message, "content": _text(content, f"messages[{i}].content")})
-    logprobs = _get(body, "logprobs", bool, False)
-    top_logprobs = _get(body, "top_logprobs", int, 0, lo=0, hi=20)
-    kwargs = _get(body, "chat_template_kwargs", dict, {})
-    clash = sorted(set(kwargs) & set(RESERVED_TEMPLATE_ARGS))
-    if clash:
-        raise ApiError(400, f"chat_template_kwargs may not set {', '.join(clash)}: the server sets them",
-                       param="chat_template_kwargs")
-    if "enable_thinking" in body and "enable_thinking" not in kwargs:
-        kwargs = {**kwargs, "enable_thinking": _get(body, "enable_thinking", bool, True)}
-    return ChatRequest(**common, messages=clean, logprobs=logprobs, top_logprobs=top_logprobs if logprobs else 0,
+    b = _validate(ChatBody, body)
+    max_tokens = b.max_completion_tokens if b.max_completion_tokens is not None else b.max_tokens
+    kwargs = dict(b.chat_template_kwargs or {})
+    if b.enable_thinking is not None and "enable_thinking" not in kwargs:
+        kwargs["enable_thinking"] = b.enable_thinking
+    return ChatRequest(**_common(b, max_tokens), messages=[m.as_template_message() for m in b.messages],
+                       logprobs=bool(b.logprobs), top_logprobs=(b.top_logprobs or 0) if b.logprobs else 0,
                        template_kwargs=kwargs)
 
 
 def parse_completion(body: Any) -> CompletionRequest:
-    common = _common(body, max_tokens_names=("max_tokens",), default_max_tokens=16)
-    if body.get("suffix"):
-        raise ApiError(400, "'suffix' is not supported", param="suffix")
-    prompt = body.get("prompt", _MISSING)
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
-        prompt = prompt[0]  # a batch of one
-    if isinstance(prompt, list):
-        if not prompt or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            raise ApiError(400, "'prompt' must be a string, or a non-empty list of token ids", param="prompt")
-    elif not isinstance(prompt, str) or not prompt:
-        raise ApiError(400, "'prompt' must be a non-empty string, or a list of token ids (one prompt only)", param="prompt")
-    else:
-        prompt = _text(prompt, "prompt")
-    logprobs = _get(body, "logprobs", int, None, lo=0, hi=20)
-    decode_from = _get(body, "score_decode_from", int, None, lo=1)
-    return CompletionRequest(**common, prompt=prompt, echo=_get(body, "echo", bool, False), logprobs=logprobs,
-                             score_decode_from=decode_from)
+    b = _validate(CompletionBody, body)
+    prompt = b.prompt[0] if isinstance(b.prompt, list) and isinstance(b.prompt[0], str | list) else b.prompt
+    return CompletionRequest(**_common(b, 16 if b.max_tokens is None else b.max_tokens), prompt=prompt,
+                             echo=bool(b.echo), logprobs=b.logprobs, score_decode_from=b.score_decode_from)
+
+
+def _common(b: _Sampling, max_tokens: int | None) -> dict:
+    stop = () if b.stop is None else (b.stop,) if isinstance(b.stop, str) else tuple(b.stop)
+    sampling = SamplingParams(
+        temperature=1.0 if b.temperature is None else b.temperature,
+        top_p=1.0 if b.top_p is None else b.top_p,
+        top_k=max(b.top_k or 0, 0),
+        min_p=b.min_p or 0.0,
+        repetition_penalty=1.0 if b.repetition_penalty is None else b.repetition_penalty,
+        presence_penalty=b.presence_penalty or 0.0,
+        frequency_penalty=b.frequency_penalty or 0.0,
+        seed=b.seed,
+    )
+    return dict(model=b.model, max_tokens=max_tokens, sampling=sampling, stop=stop, stream=bool(b.stream),
+                include_usage=bool(b.stream_options and b.stream_options.include_usage),
+                ignore_eos=bool(b.ignore_eos), tokens_as_ids=bool(b.return_tokens_as_token_ids))
+
+
+def _validate(model: type[_Body], body: Any) -> Any:
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    _check_unicode(body)
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        raise ApiError(400, _message(error), param=_param(error["loc"])) from None
+
+
+def _check_unicode(value: Any, where: str = "body") -> None:
+    """JSON may carry lone surrogates, which no tokenizer takes: refuse them by name."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ApiError(400, f"'{where}' is not valid Unicode (a lone surrogate at {exc.start})",
+                           param=where) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_unicode(key, where)
+            _check_unicode(item, key if where == "body" else where)
+    elif isinstance(value, list):
+        for item in value:
+            _check_unicode(item, where)
+
+
+_TYPE_NAMES = {"int": "an integer", "float": "a number", "string": "a string", "bool": "a boolean",
+               "dict": "an object", "list": "a list", "model": "an object", "literal": "one of the allowed values"}
+
+
+def _param(loc: tuple) -> str:
+    """`messages[1].role` from pydantic's location, leaving out union-branch labels."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif str(part).startswith(("function-", "constrained-", "list[", "str", "int", "dict[", "_TextPart")) or \
+                part in ("str", "int", "float", "bool"):
+            continue
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "body"
+
+
+def _message(error: dict) -> str:
+    name, kind, ctx, value = _param(error["loc"]), error["type"], error.get("ctx") or {}, error.get("input")
+    if name == "messages" and kind in ("too_short", "list_type"):
+        return "'messages' must be a non-empty list"
+    if name.endswith(".role") and kind == "literal_error":
+        return f"{name} must be one of {', '.join(ROLES)}, got {value!r:.50}"
+    if kind == "finite_number":
+        return f"'{name}' must be a finite number, got {value}"
+    if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
+        bounds = {"greater_than_equal": "at least", "less_than_equal": "at most", "greater_than": "more than",
+                  "less_than": "less than"}
+        limit = next(iter(ctx.values()), "")
+        return f"'{name}' must be {bounds[kind]} {limit}, got {value!r:.50}"
+    if kind.endswith("_type") or kind.endswith("_parsing"):
+        expected = _TYPE_NAMES.get(kind.split("_")[0], kind.split("_")[0])
+        return f"'{name}' must be {expected}, got {type(value).__name__}: {value!r:.100}"
+    if kind == "value_error":  # the validators' own messages name their field
+        return error["msg"].removeprefix("Value error, ")
+    if kind in ("too_short", "too_long", "string_too_short"):
+        return f"'{name}' {error['msg'].lower()}"
+    if kind == "missing":
+        return f"'{name}' is required"
+    return f"'{name}': {error['msg']}"

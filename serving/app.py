@@ -17,10 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from serving.api_requests import ApiError, ChatRequest, CompletionRequest, parse_chat, parse_completion
+from serving.api_requests import (
+    ApiError,
+    ChatBody,
+    ChatRequest,
+    CompletionBody,
+    CompletionRequest,
+    parse_chat,
+    parse_completion,
+)
 from serving.chat_template import ChatTemplate, TemplateError
 from serving.config import ServingConfig
 from serving.engine import (
@@ -55,7 +64,8 @@ class ServerState:
 
 def create_app(state: ServerState, *, allowed_hosts: list[str] | None = None) -> FastAPI:
     """The app; with `allowed_hosts`, any other Host header is refused (400) before a route runs."""
-    app = FastAPI(title="exl3-autoresearch server", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="exl3-autoresearch server", docs_url=None, redoc_url=None, openapi_url="/openapi.json")
+    app.openapi = lambda: _openapi(app)
     if allowed_hosts is not None:
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
 
@@ -126,6 +136,23 @@ def create_app(state: ServerState, *, allowed_hosts: list[str] | None = None) ->
         return await _until_disconnect(request, _completion_whole(state, req, ids, gen))
 
     return app
+
+
+def _openapi(app: FastAPI) -> dict:
+    """The OpenAPI document, with the request bodies' schemas: the handlers read their bodies themselves
+    (off the event loop, within limits), so FastAPI cannot infer them; fuzzers need them."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version="1", routes=app.routes,
+                             description="OpenAI-compatible chat and completions over exllamav3")
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for path, model in (("/v1/chat/completions", ChatBody), ("/v1/completions", CompletionBody)):
+            body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(body.pop("$defs", {}))
+            components[model.__name__] = body
+            schema["paths"][path]["post"]["requestBody"] = {"required": True, "content": {
+                "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}
+        app.openapi_schema = schema
+    return app.openapi_schema
 
 
 def _prepare_chat(state: ServerState, raw: bytes) -> tuple[ChatRequest, str, GenerationRequest]:

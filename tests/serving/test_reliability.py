@@ -44,8 +44,8 @@ def _post(url: str, path: str, content: bytes, content_type: str = "application/
     ("top_p", "NaN", "not a JSON number"),
     ("repetition_penalty", "1e400", "finite"),
     ("presence_penalty", "-Infinity", "not a JSON number"),
-    ("seed", str(2**63), "'seed' must be between"),
-    ("seed", "-1", "'seed' must be between"),
+    ("seed", str(2**63), "'seed' must be at most 9223372036854775807"),
+    ("seed", "-1", "'seed' must be at least 0"),
 ])
 def test_non_finite_and_out_of_range_numbers_are_rejected(tiny_server, field, value, fragment):
     raw = f'{{"messages": [{{"role": "user", "content": "hi"}}], "max_tokens": 2, "{field}": {value}}}'.encode()
@@ -370,3 +370,30 @@ def test_sockets_over_the_cap_are_closed_and_health_still_answers(strict_server)
             s.close()
     time.sleep(0.2)
     assert httpx.get(strict_server.url + "/health", timeout=5).status_code == 200
+
+
+# ---- the schema a standard fuzzer reads ----
+
+
+def test_the_openapi_document_describes_both_request_bodies(tiny_server):
+    doc = httpx.get(tiny_server.url + "/openapi.json", timeout=10).json()
+    schemas = doc["components"]["schemas"]
+    for path, name in (("/v1/chat/completions", "ChatBody"), ("/v1/completions", "CompletionBody")):
+        body = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body == {"$ref": f"#/components/schemas/{name}"}
+    chat = schemas["ChatBody"]
+    assert "messages" in chat["required"] and {"temperature", "seed", "stop"} <= set(chat["properties"])
+    refs = {m for m in _refs(doc)}
+    assert refs and all(ref.removeprefix("#/components/schemas/") in schemas for ref in refs)  # every $ref resolves
+
+
+def _refs(node):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "$ref":
+                yield value
+            else:
+                yield from _refs(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _refs(item)

@@ -237,12 +237,16 @@ class Engine(ABC):
             except Exception as exc:
                 self._fail_all(exc)
 
-    def _drain_inbox(self) -> None:
+    def _inbox_items(self):
+        """What the event loop has put in the inbox so far, in order, without waiting."""
         while True:
             try:
-                kind, job = self._inbox.get_nowait()
+                yield self._inbox.get_nowait()
             except queue.Empty:
                 return
+
+    def _drain_inbox(self) -> None:
+        for kind, job in self._inbox_items():
             if kind == "admit":
                 if job.cancelled:
                     continue
@@ -265,11 +269,7 @@ class Engine(ABC):
             log.debug("cancelling failed job %d", job.serial, exc_info=True)
 
     def _fail_inbox(self, exc: BaseException) -> None:
-        while True:
-            try:
-                kind, job = self._inbox.get_nowait()
-            except queue.Empty:
-                return
+        for kind, job in self._inbox_items():
             if kind == "admit":
                 self._fail_job(job, exc, log_it=False)
 

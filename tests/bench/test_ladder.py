@@ -125,17 +125,19 @@ def test_unique_prompts_never_hit_a_prefix_cache():
     assert all(r.cached_tokens == 0 for r in _all_requests(result))
 
 
-def test_repeated_prompts_are_caught_as_cache_hits_and_never_averaged():
-    with PrefixCachingFakeServer() as server:
+QWEN25_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+
+@pytest.mark.parametrize("template", [{}, {"system_prompt": QWEN25_SYSTEM, "page_tokens": 1}],
+                         ids=["paged-cache", "behind-a-shared-opening"])
+def test_repeated_prompts_are_caught_as_cache_hits_and_never_averaged(template):
+    with PrefixCachingFakeServer(**template) as server:
         run_bench(FAKE_PLAN, Endpoint(url=server.url))
         again = run_bench(FAKE_PLAN, Endpoint(url=server.url))  # same salt: the same prompts again
     for point in (*again.prefill, *again.decode):
         assert not point.valid_runs
         assert all(reason.startswith("prefix-cache hit") for reason in point.invalid_reasons)
     assert again.samples() == {}
-
-
-QWEN25_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
 
 def test_a_chat_templates_shared_opening_is_expected_and_only_computed_tokens_are_counted():
@@ -154,16 +156,6 @@ def test_a_chat_templates_shared_opening_is_expected_and_only_computed_tokens_ar
         assert r.prefill_tok_per_s_client == pytest.approx((r.prompt_tokens - r.cached_tokens) / r.prefill_time_client_s)
     assert set(result.samples()) >= {"prefill_tok_per_s_client@512", "prefill_tok_per_s_client@2048",
                                      "decode_tok_per_s_client@512/math"}
-
-
-def test_behind_a_shared_opening_a_repeated_prompt_is_still_a_cache_hit():
-    with PrefixCachingFakeServer(system_prompt=QWEN25_SYSTEM, page_tokens=1) as server:
-        run_bench(FAKE_PLAN, Endpoint(url=server.url))
-        again = run_bench(FAKE_PLAN, Endpoint(url=server.url))  # same salt: the same prompts again
-    for point in (*again.prefill, *again.decode):
-        assert not point.valid_runs
-        assert all(reason.startswith("prefix-cache hit") for reason in point.invalid_reasons)
-    assert again.samples() == {}
 
 
 def test_an_explicit_cache_limit_overrides_the_learned_opening():

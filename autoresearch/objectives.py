@@ -52,27 +52,26 @@ def geometric_mean(values: Iterable[float]) -> float:
 
 def objective_metrics(result: BenchResult) -> list[str]:
     """The sample keys the objectives read (as in BenchResult.samples()), one per planned point."""
-    return [f"{PREFILL_RATE}@{p.target_tokens}" for p in result.prefill] + [
-        f"{DECODE_RATE}@{d.context_tokens}/{d.kind}" for d in result.decode
-    ]
+    return _prefill_metrics(result) + _decode_metrics(result)
+
+
+def _prefill_metrics(result: BenchResult) -> list[str]:
+    return [f"{PREFILL_RATE}@{p.target_tokens}" for p in result.prefill]
+
+
+def _decode_metrics(result: BenchResult) -> list[str]:
+    return [f"{DECODE_RATE}@{d.context_tokens}/{d.kind}" for d in result.decode]
 
 
 def objectives_from_bench(result: BenchResult) -> tuple[float, float]:
     """(decode, prefill) tok/s. Raises Unmeasured, naming each point and why its runs were set aside."""
-    samples = result.samples()
-    missing = [m for m in objective_metrics(result) if not samples.get(m)]
+    medians = result.headline()
+    missing = [m for m in objective_metrics(result) if m not in medians]
     if missing:
         points = {p.key: p for p in (*result.prefill, *result.decode)}
         raise Unmeasured("; ".join(_why(metric, points) for metric in missing))
-    decode = [samples[f"{DECODE_RATE}@{d.context_tokens}/{d.kind}"] for d in result.decode]
-    prefill = [samples[f"{PREFILL_RATE}@{p.target_tokens}"] for p in result.prefill]
-    return geometric_mean(_median(v) for v in decode), geometric_mean(_median(v) for v in prefill)
-
-
-def _median(values) -> float:
-    from bench import summarize
-
-    return summarize(values).median
+    return (geometric_mean(medians[m] for m in _decode_metrics(result)),
+            geometric_mean(medians[m] for m in _prefill_metrics(result)))
 
 
 def _why(metric: str, points: dict) -> str:

@@ -129,8 +129,8 @@ class ChatBody(_Sampling):
     """POST /v1/chat/completions."""
 
     messages: Annotated[list[Message], Field(min_length=1)]
-    max_tokens: Annotated[int, Field(ge=0, le=_INT32)] | None = None
-    max_completion_tokens: Annotated[int, Field(ge=0, le=_INT32)] | None = None
+    max_tokens: Annotated[int, Field(ge=1, le=_INT32)] | None = None  # a chat answers with a token at least
+    max_completion_tokens: Annotated[int, Field(ge=1, le=_INT32)] | None = None
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
     chat_template_kwargs: dict[str, Any] | None = None

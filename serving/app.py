@@ -158,8 +158,6 @@ def _openapi(app: FastAPI) -> dict:
 def _prepare_chat(state: ServerState, raw: bytes) -> tuple[ChatRequest, str, GenerationRequest]:
     req = parse_chat(_parse_json(raw))
     _check_model(state, req.model)
-    if req.max_tokens == 0:
-        raise ApiError(400, "max_tokens must be at least 1 for a chat completion", param="max_tokens")
     try:
         prompt = state.template.render(req.messages, add_generation_prompt=True, **req.template_kwargs)
     except TemplateError as exc:

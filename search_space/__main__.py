@@ -42,7 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
                                        "NVML; without either the fit is not checked")
     parser.add_argument("--engine", choices=ENGINES, default=None,
                         help="default: the checkpoint's (exllamav3 for an EXL3 folder, else transformers)")
-    parser.add_argument("--draft-model", type=_directory, help="a DFlash draft checkpoint; enables draft_mode dflash")
+    parser.add_argument("--draft-model", type=_directory,
+                        help="a draft checkpoint of the model's vocabulary: a DFlash drafter enables draft_mode "
+                             "dflash, an ordinary causal LM draft_mode draft_model (exllamav3's architecture table "
+                             "decides); its weights and cache count in the VRAM check")
     parser.add_argument("--pin", action="append", default=[], metavar="NAME=VALUE",
                         help="fix a knob (JSON value, or 'default' for exllamav3's); repeatable")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")

@@ -27,11 +27,16 @@ HYBRID = on_context("the model has Gated DeltaNet (linear-attention) layers", la
 EXL3_WEIGHTS = on_context("the checkpoint is EXL3-quantized", lambda c: c.model.is_exl3)
 MUL1_WEIGHTS = on_context("the checkpoint is EXL3 with the mul1 codebook", lambda c: c.model.has_mul1_codebook)
 HAS_ATTENTION = on_context("the model has attention layers", lambda c: c.model.num_attention_layers > 0)
-HAS_MTP = on_context("the checkpoint has MTP weights", lambda c: c.model.has_mtp_weights)
-HAS_DFLASH = on_context("a DFlash draft model was given", lambda c: c.draft_model is not None)
+HAS_MTP = on_context("the checkpoint has MTP weights and the installed exllamav3 registers an MTP component "
+                     "for its architecture", lambda c: c.has_mtp_component)
+HAS_DFLASH = on_context("the user gave a draft checkpoint that the installed exllamav3 classes as a DFlash drafter",
+                        lambda c: c.draft_kind == "dflash")
+HAS_CAUSAL_DRAFT = on_context("the user gave a draft checkpoint that the installed exllamav3 loads as an ordinary "
+                              "causal LM of the model's vocabulary", lambda c: c.draft_kind == "draft_model")
 QUANT_CACHE = knob_is("cache_kind", "quant")
-SPECULATIVE = knob_is("draft_mode", "ngram", "mtp", "dflash")
-DRAFT_MODEL = knob_is("draft_mode", "mtp", "dflash")
+SPECULATIVE = knob_is("draft_mode", "ngram", "mtp", "dflash", "draft_model")
+DRAFT_MODEL = knob_is("draft_mode", "mtp", "dflash", "draft_model")  # a drafter network (not n-gram)
+BORROWED_HEAD = knob_is("draft_mode", "mtp", "dflash")  # drafters that use the target's lm_head
 
 
 def _fits_context(tokens: int) -> When:
@@ -54,7 +59,7 @@ def _drafters_default(context: SpaceContext, values: Mapping[str, Any]) -> int:
     draft = context.draft_model
     if values.get("draft_mode") == "dflash" and draft is not None and draft.dflash_block_size:
         return min(16, draft.dflash_block_size - 1)
-    return 4  # n-gram's default, and Qwen3.5 MTP's default_draft_size
+    return 4  # n-gram's default, Qwen3.5 MTP's default_draft_size, and an autoregressive drafter's (no caps)
 
 
 def _gen(field: str, *extra: tuple[str, str]) -> ExlArg:
@@ -106,11 +111,15 @@ EXL3_KNOBS: tuple[Knob, ...] = (
     Knob(name="prefill_cooldown", domain=IntRange(0, 8), default=4, applied_as=_gen("prefill_cooldown"),
          may_change_outputs=False, note="iterations between prefill passes while jobs generate, default 4"),
     # --- Speculative decoding (generator.py:251-300) ----------------------------------------------
-    Knob(name="draft_mode", domain=Categorical(("none", "ngram", "mtp", "dflash")), default="none",
+    Knob(name="draft_mode", domain=Categorical(("none", "ngram", "mtp", "dflash", "draft_model")), default="none",
          applied_as=ExlArg("draft_mode", (("Generator", "draft_model"), ("Generator", "draft_cache"),
-                                          ("Model.load", "draft_model"))),
-         choice_requires=(("mtp", HAS_MTP), ("dflash", HAS_DFLASH)), may_change_outputs=True,
-         note="lossless in distribution, not bit-identical: verify passes use other kernels"),
+                                          ("Model.load", "draft_model"),
+                                          ("Model.from_config", "component"), ("Cache", "max_history"))),
+         choice_requires=(("mtp", HAS_MTP), ("dflash", HAS_DFLASH), ("draft_model", HAS_CAUSAL_DRAFT)),
+         may_change_outputs=True,
+         note="ngram always; mtp with the checkpoint's MTP head; dflash / draft_model with the user's drafter "
+              "of that kind (--draft-model). Lossless in distribution, not bit-identical: verify passes use "
+              "other kernels"),
     Knob(name="num_draft_tokens", domain=IntRange(1, 16), default=USE_DEFAULT,
          applied_as=ExlArg("num_draft_tokens", (("Generator", "num_draft_tokens"), ("Cache", "max_history"))),
          applies_when=(SPECULATIVE,), may_change_outputs=True, resolved_default=_drafters_default,
@@ -120,12 +129,12 @@ EXL3_KNOBS: tuple[Knob, ...] = (
          note="exllamav3's 0 means off; 2 is TabbyAPI's default for its ngram mode"),
     Knob(name="dynamic_draft_tokens", domain=Categorical((False, True)), default=False,
          applied_as=_gen("dynamic_draft_tokens"), applies_when=(DRAFT_MODEL,), may_change_outputs=True,
-         note="confidence-cut drafts; no effect on n-gram drafting (generator.py docstring)"),
+         note="confidence-cut drafts (MTP, DFlash, draft model); no effect on n-gram drafting (generator.py docstring)"),
     Knob(name="draft_confidence", domain=FloatRange(0.1, 0.9, step=0.05), default=0.4,
          applied_as=_gen("draft_confidence"), applies_when=(knob_is("dynamic_draft_tokens", True),),
          may_change_outputs=True, note="target acceptance for dynamic drafts, default 0.4"),
     Knob(name="sparse_draft_head", domain=Categorical((0, 4096, 8192, 16384, 32768)), default=0,
-         applied_as=_gen("sparse_draft_head"), applies_when=(DRAFT_MODEL,), may_change_outputs=False,
+         applied_as=_gen("sparse_draft_head"), applies_when=(BORROWED_HEAD,), may_change_outputs=False,
          note="vocab columns of a dense fp16 draft head (N x hidden x 2 B VRAM); verification uses the full head"),
     Knob(name="hybrid_draft_tokens", domain=Categorical((0, 4, 8, 16, 32)), default=0,
          applied_as=ExlArg("hybrid_draft_tokens", (("Generator", "hybrid_draft_tokens"), ("Cache", "max_history"))),

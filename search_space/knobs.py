@@ -20,6 +20,8 @@ from typing import Any
 
 from search_space.domains import USE_DEFAULT, Domain
 from search_space.model_info import ModelInfo
+from serving.drafter import draft_kind
+from serving.exl3_surface import Exl3Surface
 
 __all__ = [
     "EnvVar",
@@ -36,12 +38,37 @@ __all__ = [
 
 @dataclass(frozen=True, kw_only=True)
 class SpaceContext:
-    """What a study is fixed to: the engine, the model, the user's draft model, the host's cores."""
+    """What a study is fixed to: the engine, the model, the user's draft model, the host's cores.
+
+    `surface` is the installed exllamav3's (build_space fills it in for the exllamav3 engine): the
+    drafting conditions read its architecture table, so "MTP applies" and "this draft checkpoint is a
+    DFlash drafter" are exllamav3's answers, not the checkpoint's name.
+    """
 
     engine: str
     model: ModelInfo
-    draft_model: ModelInfo | None = None  # a DFlash draft checkpoint the user gave
+    draft_model: ModelInfo | None = None  # a draft checkpoint the user gave: DFlash drafter or small causal LM
     cpu_count: int = 1
+    surface: Exl3Surface | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def draft_kind(self) -> str | None:
+        """The draft_mode the user's draft checkpoint serves ("dflash" or "draft_model"), None without one.
+
+        Raises:
+            serving.errors.ConfigError: exllamav3 does not know its architecture, or cannot drive it as a drafter.
+        """
+        if self.draft_model is None:
+            return None
+        return draft_kind(self.draft_model.architecture, self.surface)
+
+    @property
+    def has_mtp_component(self) -> bool:
+        """The checkpoint has MTP weights and exllamav3 builds an MTP draft model for its architecture."""
+        if not self.model.has_mtp_weights or self.surface is None:
+            return False
+        info = self.surface.architectures.get(self.model.architecture)
+        return info is not None and info.has_mtp_component
 
 
 @dataclass(frozen=True)

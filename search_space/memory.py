@@ -4,7 +4,7 @@ Every component follows exllamav3 1.6.5's own allocations: weights are the tenso
 GPU (an unquantized token embedding stays in system RAM, vision and unused MTP tensors are not
 loaded); the KV cache is sized as cache/fp16.py and cache/quant.py allocate it; the recurrent state
 as GDNLayerState allocates it per slot; drafts add their weights and cache; the prefill workspace is
-the largest layer's transients for one chunk. It predicts what torch allocates (the quantity
+the largest layer's transients for one chunk (or the draft model's, where larger). It predicts what torch allocates (the quantity
 `torch.cuda.max_memory_allocated` reports); the CUDA context is the budget's reserve, and
 `Calibration` corrects the rest from measured peaks.
 
@@ -16,10 +16,12 @@ Usage:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 from search_space.errors import SearchSpaceError
-from search_space.model_info import ModelInfo
+from search_space.model_info import ModelInfo, read_model_info
 from serving.config import Exl3Args, ServingConfig
 
 __all__ = ["MemoryEstimate", "MemoryModel"]
@@ -64,14 +66,18 @@ class MemoryEstimate:
 
 
 class MemoryModel:
-    """VRAM predictions for one model (and optionally its DFlash draft). Pure: reads no device."""
+    """VRAM predictions for one model and its draft checkpoint. Pure: reads no device.
+
+    The draft checkpoint (DFlash drafter or small causal LM) is the one given, or else the one a
+    configuration names in `draft_model_dir`, read from its headers once per directory.
+    """
 
     def __init__(self, model: ModelInfo, draft_model: ModelInfo | None = None):
         self.model = model
         self.draft_model = draft_model
-        embedding_on_gpu = model.embedding_is_quantized or model.head_is_embedding
-        self.weights_bytes = model.weight_bytes("text") + (model.weight_bytes("embedding") if embedding_on_gpu else 0)
+        self.weights_bytes = _gpu_weight_bytes(model)
         self.mtp_weights_bytes = model.weight_bytes("mtp")
+        self._drafts: dict[str, ModelInfo] = {}
 
     # --- per-token and per-slot sizes: computed here and nowhere else -------------------------------
 
@@ -124,14 +130,30 @@ class MemoryModel:
             cache = self.model.mtp_num_hidden_layers * _kv_layer_bytes(self.model, "fp16") * args.cache_tokens
             return self.mtp_weights_bytes + cache + sparse_head
         if args.draft_mode == "dflash":
-            draft = self.draft_model
-            if draft is None:
-                raise SearchSpaceError("draft_mode 'dflash' needs the draft model's info in MemoryModel")
+            draft = self._draft_info(args)
             weights = draft.weight_bytes("text") + (draft.weight_bytes("embedding")
                                                    if draft.embedding_is_quantized else 0)
             cache = draft.num_attention_layers * _kv_layer_bytes(draft, "fp16") * args.cache_tokens
             return weights + cache + sparse_head
+        if args.draft_mode == "draft_model":
+            # a whole second model: its weights, its fp16 KV cache of the same token count, and, for a
+            # hybrid drafter, its recurrent state per slot (the Generator pairs a draft state with each job's)
+            draft = MemoryModel(self._draft_info(args))
+            slots = args.cache_slots if draft.model.is_hybrid else 0
+            return (draft.weights_bytes + args.cache_tokens * draft.kv_bytes_per_token("fp16")
+                    + slots * draft.recurrent_bytes_per_slot(max_history=args.max_history))
         return 0
+
+    def _draft_info(self, args: Exl3Args) -> ModelInfo:
+        """The draft checkpoint's info: the one given, else the configuration's draft_model_dir (read once)."""
+        if self.draft_model is not None:
+            return self.draft_model
+        directory = args.draft_model_dir
+        if directory is None:
+            raise SearchSpaceError(f"draft_mode {args.draft_mode!r} needs the draft model's info or a draft_model_dir")
+        if directory not in self._drafts:
+            self._drafts[directory] = read_model_info(Path(directory))
+        return self._drafts[directory]
 
     def _workspace_bytes(self, args: Exl3Args, env: dict[str, str]) -> int:
         """Transients of one prefill chunk: the residual stream plus the hungriest layer kind."""
@@ -163,9 +185,15 @@ class MemoryModel:
         taps = 0
         if args.draft_mode == "mtp":
             taps = rows * m.hidden_size * FP16
-        elif args.draft_mode == "dflash" and self.draft_model is not None:
-            taps = self.draft_model.dflash_target_layers * rows * m.hidden_size * FP16
-        return residual + max(layers) + taps
+        elif args.draft_mode == "dflash":
+            taps = self._draft_info(args).dflash_target_layers * rows * m.hidden_size * FP16
+        own = residual + max(layers) + taps
+        if args.draft_mode == "draft_model":
+            # the drafter prefills the same chunks after the target, one model at a time: the larger peak counts
+            plain = dataclasses.replace(args, draft_mode="none", draft_model_dir=None, num_draft_tokens=None,
+                                        dynamic_draft_tokens=False, draft_confidence=0.4)
+            return max(own, MemoryModel(self._draft_info(args))._workspace_bytes(plain, env))
+        return own
 
     def _qc_staging_bytes(self, args: Exl3Args, env: dict[str, str]) -> int:
         """EXL3_QC_STAGING=1: a quantized cache's window is dequantized to an fp16 K/V scratch per call."""
@@ -176,6 +204,12 @@ class MemoryModel:
         pages = int(env.get("EXL3_QC_STAGING_PAGES", "256"))
         tokens = min(args.cache_tokens, pages * 256)
         return tokens * 2 * self.model.num_kv_heads * self.model.head_dim * FP16
+
+
+def _gpu_weight_bytes(model: ModelInfo) -> int:
+    """Text weights, plus the embedding where exllamav3 puts it on the GPU (quantized, or the tied head)."""
+    embedding_on_gpu = model.embedding_is_quantized or model.head_is_embedding
+    return model.weight_bytes("text") + (model.weight_bytes("embedding") if embedding_on_gpu else 0)
 
 
 def _kv_layer_bytes(model: ModelInfo, cache_kind: str, k_bits: int | None = None, v_bits: int | None = None) -> int:

@@ -113,10 +113,6 @@ class ModelInfo:
         return self.mtp_num_hidden_layers > 0 and any(name.startswith("mtp.") for name in self.tensors)
 
     @property
-    def is_dflash_draft(self) -> bool:
-        return "dflash" in self.architecture.lower()
-
-    @property
     def embedding_is_quantized(self) -> bool:
         """exllamav3 keeps an unquantized token embedding in system RAM (modules/embedding.py, prefer_cpu)."""
         return any(_group_of(n) == "embedding" and n.endswith(".trellis") for n in self.tensors)

@@ -21,11 +21,13 @@ from typing import Any
 
 from search_space.catalog import catalog_for
 from search_space.domains import Categorical
-from search_space.errors import CatalogError, SpaceError
+from search_space.errors import CatalogError, CatalogMismatch, SpaceError
 from search_space.knobs import EnvVar, Knob, SpaceContext
 from search_space.surface_check import check_catalog, validate_catalog
-from serving.config import ServingConfig
-from serving.exl3_surface import Exl3Surface
+from serving.config import DRAFT_CHECKPOINT_MODES, ServingConfig
+from serving.drafter import Drafter, check_same_vocabulary
+from serving.errors import ConfigError, SurfaceMismatch
+from serving.exl3_surface import Exl3Surface, installed_surface
 
 __all__ = ["SearchSpace", "build_space"]
 
@@ -114,7 +116,7 @@ class SearchSpace:
                 field_value = knob.field_value(value, values)
                 if field_value is not None:
                     args[applied.field] = field_value
-        if args.get("draft_mode") == "dflash":
+        if args.get("draft_mode") in DRAFT_CHECKPOINT_MODES:
             args["draft_model_dir"] = str(self.context.draft_model.directory)
         return ServingConfig.from_dict({"engine": self.context.engine, "args": args, "env": env})
 
@@ -134,19 +136,21 @@ def build_space(
     Raises:
         CatalogMismatch: the installed exllamav3 lacks a knob's argument or variable (exllamav3 engine).
         SpaceError: a pinned knob is unknown, does not apply, or has a value outside its domain;
-            a draft model was given that is not a DFlash draft, or to the CPU engine.
+            a draft model was given to the CPU engine, or one that exllamav3 cannot draft with or
+            whose vocabulary is not the model's.
     """
     catalog = catalog_for(context.engine)
     if context.engine == "exllamav3":
         check_catalog(catalog, surface)
+        if context.surface is None:
+            try:
+                context = dataclasses.replace(context, surface=surface or installed_surface())
+            except SurfaceMismatch as exc:
+                raise CatalogMismatch(f"cannot read the installed exllamav3: {exc}") from exc
     else:
         validate_catalog(catalog)
     if context.draft_model is not None:
-        if context.engine != "exllamav3":
-            raise SpaceError("a draft model applies only to the exllamav3 engine")
-        if not context.draft_model.is_dflash_draft:
-            raise SpaceError(f"draft model {context.draft_model.directory} is a {context.draft_model.architecture}, "
-                             f"not a DFlash/DFlash2 draft checkpoint")
+        _check_drafter(context)
     knobs = tuple(_narrowed(k, context) for k in catalog if k.applies_to(context))
     candidate = SearchSpace(context=context, knobs=knobs, pinned=dict(pinned or {}))
     reachable: set[str] = set()
@@ -154,6 +158,19 @@ def build_space(
     space = dataclasses.replace(candidate, knobs=tuple(k for k in knobs if k.name in reachable))
     _check_pinned(space, catalog)
     return space
+
+
+def _check_drafter(context: SpaceContext) -> None:
+    """The user's draft checkpoint must be one exllamav3 drafts with, of the model's vocabulary."""
+    draft = context.draft_model
+    if context.engine != "exllamav3":
+        raise SpaceError("a draft model applies only to the exllamav3 engine")
+    try:
+        kind = context.draft_kind
+        check_same_vocabulary(context.model.directory, Drafter(directory=draft.directory,
+                                                               architecture=draft.architecture, kind=kind))
+    except ConfigError as exc:
+        raise SpaceError(str(exc)) from exc
 
 
 def _narrowed(knob: Knob, context: SpaceContext) -> Knob:

@@ -2,6 +2,7 @@
 
 Usage:
     python -m serving --model DIR --config FILE.json [--host 127.0.0.1] [--port 18020] [--api-key-file PATH]
+                      [--draft-model DIR]
 
 The config's EXL3_* variables are set here, before anything imports exllamav3: this module is the
 only place that touches os.environ, and each configuration gets a fresh process.
@@ -32,6 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind; anything but loopback needs --api-key-file")
     parser.add_argument("--port", type=int, default=18020)
     parser.add_argument("--api-key-file", type=Path, help="file holding the bearer key (mode 0600 or 0400, yours)")
+    parser.add_argument("--draft-model", type=Path, default=None,
+                        help="draft checkpoint for speculative decoding (exllamav3): a DFlash drafter or a small "
+                        "causal LM with the model's vocabulary; its kind sets the config's draft_mode "
+                        "(dflash or draft_model). A config that names another draft_mode or directory is refused")
     parser.add_argument("--vram-limit", type=parse_bytes, default=None,
                         help="cap this process's GPU memory, e.g. 24GiB to emulate an RTX 3090 on a larger GPU")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
@@ -74,6 +79,8 @@ def prepare(args: argparse.Namespace):
         raise ConfigError(f"refusing to listen on non-loopback address {args.host} without --api-key-file")
     text = args.config.read_text() if args.config else "{}"
     config = ServingConfig.from_json(text, default_engine_name=engine_for_checkpoint(args.model))
+    if args.draft_model is not None:
+        config = with_draft_model(config, args.draft_model)
     # Applied before exllamav3 is imported (it reads EXL3_* at import): the reason for a fresh process.
     os.environ.update(config.env)
     template = ChatTemplate.from_model_dir(args.model)
@@ -85,6 +92,25 @@ def prepare(args: argparse.Namespace):
                            header_timeout_s=args.header_timeout, max_connections=args.max_connections)
     return ServerState(engine=engine, template=template, config=config, model_dir=args.model.resolve(),
                        model_name=name, api_key=api_key, limits=limits)
+
+
+def with_draft_model(config, draft_dir: Path):
+    """The config drafting with `draft_dir` in the mode its architecture calls for (serving.drafter)."""
+    from serving.drafter import read_drafter
+    from serving.errors import ConfigError
+
+    if config.engine != "exllamav3":
+        raise ConfigError(f"--draft-model applies to the exllamav3 engine; this config's engine is {config.engine!r}")
+    if not draft_dir.is_dir():
+        raise ConfigError(f"--draft-model {draft_dir} is not a folder")
+    drafter = read_drafter(draft_dir)
+    args = config.args
+    if args.draft_mode not in ("none", drafter.draft_mode):
+        raise ConfigError(f"--draft-model {draft_dir} is a {drafter.architecture} checkpoint (draft_mode "
+                          f"{drafter.draft_mode!r}), but the config sets draft_mode {args.draft_mode!r}")
+    if args.draft_model_dir is not None and Path(args.draft_model_dir).resolve() != draft_dir.resolve():
+        raise ConfigError(f"--draft-model {draft_dir} differs from the config's draft_model_dir {args.draft_model_dir}")
+    return config.with_args(draft_mode=drafter.draft_mode, draft_model_dir=str(draft_dir))
 
 
 def build_engine(config, model_dir: Path, *, vram_limit_bytes: int | None = None):
@@ -101,6 +127,7 @@ def build_engine(config, model_dir: Path, *, vram_limit_bytes: int | None = None
 
     engine = Exl3Engine(model_dir, config.args, codec, env=config.env, vram_limit_bytes=vram_limit_bytes)
     engine.check_surface()  # before loading: a knob the installed exllamav3 lacks is a config error
+    engine.check_drafter()  # the draft checkpoint's kind and vocabulary, before anything loads
     return engine
 
 

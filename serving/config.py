@@ -24,6 +24,7 @@ from typing import Any, Literal
 from serving.errors import ConfigError
 
 __all__ = [
+    "DRAFT_CHECKPOINT_MODES",
     "ENGINES",
     "Exl3Args",
     "ServingConfig",
@@ -33,6 +34,7 @@ __all__ = [
 
 ENGINES = ("exllamav3", "transformers")
 PAGE_TOKENS = 256  # exllamav3's cache page: cache sizes and chunk sizes are multiples of it
+DRAFT_CHECKPOINT_MODES = ("dflash", "draft_model")  # draft modes that load the user's draft checkpoint
 _ENV_NAME = re.compile(r"^(EXL3|EXLLAMA|EXLLAMAV3)_[A-Z0-9_]+$")
 
 
@@ -58,8 +60,9 @@ class Exl3Args:
     recurrent_cache_size: int = 4 * 1024**3  # Generator(recurrent_cache_size), bytes of host RAM
     recurrent_checkpoint_interval: int | None = None  # Generator(recurrent_checkpoint_interval)
     recurrent_checkpoint_interval_pp: int = 32768  # Generator(recurrent_checkpoint_interval_pp)
-    draft_mode: Literal["none", "mtp", "ngram", "dflash"] = "none"
-    draft_model_dir: str | None = None  # DFlash draft checkpoint, only with draft_mode == "dflash"
+    # mtp: the checkpoint's own MTP head; dflash / draft_model: a user-given DFlash drafter / small causal LM
+    draft_mode: Literal["none", "mtp", "ngram", "dflash", "draft_model"] = "none"
+    draft_model_dir: str | None = None  # the user's draft checkpoint, exactly with draft_mode dflash or draft_model
     num_draft_tokens: int | None = None  # Generator(num_draft_tokens); None: the drafter's default
     dynamic_draft_tokens: bool = False  # Generator(dynamic_draft_tokens)
     draft_confidence: float = 0.4  # Generator(draft_confidence)
@@ -93,8 +96,12 @@ class Exl3Args:
             if value is not None:
                 _positive(self, name)
                 _multiple_of_page(self, name)
-        if (self.draft_mode == "dflash") != (self.draft_model_dir is not None):
-            raise ConfigError("draft_model_dir is required with draft_mode 'dflash' and allowed only then")
+        if (self.draft_mode in DRAFT_CHECKPOINT_MODES) != (self.draft_model_dir is not None):
+            raise ConfigError(f"draft_model_dir is required with draft_mode {self.draft_mode!r} and allowed only "
+                              f"with 'dflash' or 'draft_model' (got draft_mode {self.draft_mode!r}, "
+                              f"draft_model_dir {self.draft_model_dir!r})")
+        if self.draft_model_dir is not None and not self.draft_model_dir:
+            raise ConfigError("draft_model_dir must be a non-empty path")
         if (self.draft_mode == "ngram") != (self.ngram_match_min >= 1):
             raise ConfigError("ngram_match_min >= 1 is required with draft_mode 'ngram' and allowed only then")
         speculative = self.draft_mode != "none" or self.hybrid_draft_tokens > 0
@@ -108,7 +115,8 @@ class Exl3Args:
         if not 0.0 < self.draft_confidence < 1.0:
             raise ConfigError(f"draft_confidence must be in (0, 1), got {self.draft_confidence}")
         if self.sparse_draft_head and self.draft_mode not in ("mtp", "dflash"):
-            raise ConfigError("sparse_draft_head applies only with draft_mode 'mtp' or 'dflash'")
+            raise ConfigError("sparse_draft_head applies only with draft_mode 'mtp' or 'dflash' "
+                              "(an autoregressive draft_model drafts with its own head)")
         if self.sparse_draft_head < 0 or self.hybrid_draft_tokens < 0:
             raise ConfigError("sparse_draft_head and hybrid_draft_tokens must be >= 0")
 

@@ -15,7 +15,8 @@ import math
 import time
 from pathlib import Path
 
-from serving.config import Exl3Args
+from serving.config import DRAFT_CHECKPOINT_MODES, Exl3Args
+from serving.drafter import check_same_vocabulary, read_drafter
 from serving.engine import (
     Engine,
     EngineUsage,
@@ -80,6 +81,17 @@ class Exl3Engine(Engine):
             kw["sparse_draft_head"] = a.sparse_draft_head
         return kw
 
+    def check_drafter(self) -> None:
+        """Raise ConfigError unless the draft checkpoint is of the kind draft_mode says and shares our vocabulary."""
+        a = self.args
+        if a.draft_mode not in DRAFT_CHECKPOINT_MODES:
+            return
+        drafter = read_drafter(Path(a.draft_model_dir))
+        if drafter.draft_mode != a.draft_mode:
+            raise ConfigError(f"draft_mode {a.draft_mode!r}, but {a.draft_model_dir} is a {drafter.architecture} "
+                              f"checkpoint, which exllamav3 drafts with as draft_mode {drafter.draft_mode!r}")
+        check_same_vocabulary(self.model_dir, drafter)
+
     def check_surface(self) -> None:
         """Raise SurfaceMismatch unless the installed exllamav3 takes every keyword and variable we pass."""
         surface = installed_surface()
@@ -89,6 +101,8 @@ class Exl3Engine(Engine):
             surface.require("CacheLayer_quant", ["k_bits", "v_bits"])
         surface.require("Generator", list(self._generator_kwargs()) + ["draft_model", "draft_cache"])
         surface.require("Model.load", ["device", "max_chunk_size", "draft_model"])
+        if self.args.draft_mode == "mtp":
+            surface.require("Model.from_config", ["component"])
         surface.require("Model.warmup", ["cache", "max_chunk_size"])
         surface.require("Job", ["input_ids", "max_new_tokens", "sampler", "seed", "stop_conditions",
                                 "return_top_tokens", "return_probs", "identifier"])
@@ -123,9 +137,11 @@ class Exl3Engine(Engine):
             if "mtp" not in config.model_classes:
                 raise ConfigError(f"draft_mode 'mtp' needs MTP weights; {self.model_dir} has none")
             self.draft_model = Model.from_config(config, component="mtp")
-        elif a.draft_mode == "dflash":
+        elif a.draft_mode in DRAFT_CHECKPOINT_MODES:  # DFlash drafter or a small causal LM (checked by check_drafter)
             self.draft_model = Model.from_config(Config.from_directory(a.draft_model_dir))
         if self.draft_model is not None:
+            # same token capacity as the target's (the Generator asserts it); fp16, as TabbyAPI's default;
+            # max_history covers the drafted tokens of a recurrent (hybrid) autoregressive drafter
             self.draft_cache = Cache(self.draft_model, max_num_tokens=a.cache_tokens, max_batch_size=a.cache_slots,
                                      max_history=a.max_history)
             self.draft_model.load(device="cuda:0", max_chunk_size=a.max_chunk_size)

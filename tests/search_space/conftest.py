@@ -9,6 +9,7 @@ import pytest
 from serving.synthetic.exl3 import exl3_linear
 from tests.search_space.search_space_checkpoints import (
     QWEN38_27B,
+    QWEN_TOKENS,
     TINY,
     Qwen35Dims,
     qwen35_config,
@@ -21,7 +22,7 @@ from tests.search_space.search_space_checkpoints import (
 def qwen27b_dir(tmp_path_factory) -> Path:
     """Shape-true Qwen3.8-27B at 4.0 bpw, head 6 bits, as the GPU machine's measurements used (no MTP)."""
     return write_checkpoint(tmp_path_factory.mktemp("qwen27b"), qwen35_config(QWEN38_27B),
-                            qwen35_exl3_schema(QWEN38_27B))
+                            qwen35_exl3_schema(QWEN38_27B), tokens=QWEN_TOKENS)
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +32,7 @@ def qwen27b_mtp_dir(tmp_path_factory) -> Path:
         tmp_path_factory.mktemp("qwen27b_mtp"),
         qwen35_config(QWEN38_27B, mtp_layers=1, multimodal=True),
         qwen35_exl3_schema(QWEN38_27B, mtp_layers=1, vision=True),
+        tokens=QWEN_TOKENS,
     )
 
 
@@ -79,3 +81,23 @@ def dflash_dir(tmp_path_factory) -> Path:
               "dflash_config": {"block_size": 16, "mask_token_id": 248319, "target_layer_ids": [1, 16, 31, 46, 61]},
               "quantization_config": {"quant_method": "exl3", "bits": 4.0, "head_bits": 6, "codebook": "mul1"}}
     return write_checkpoint(tmp_path_factory.mktemp("dflash"), config, schema)
+
+
+# A small hybrid Qwen3_5 text model of the 27B's vocabulary: an autoregressive drafter for it.
+SMALL_DRAFT = Qwen35Dims(1024, 3072, ("linear_attention",) * 3 + ("full_attention",), 8, 2, 256,
+                         8, 8, 128, 4, 248320, 262144)
+
+
+@pytest.fixture(scope="session")
+def causal_draft_dir(tmp_path_factory) -> Path:
+    """An ordinary causal LM (Qwen3_5ForCausalLM, 4 layers, EXL3 4 bpw) with the 27B's tokenizer."""
+    return write_checkpoint(tmp_path_factory.mktemp("causal_draft"), qwen35_config(SMALL_DRAFT),
+                            qwen35_exl3_schema(SMALL_DRAFT), tokens=QWEN_TOKENS)
+
+
+@pytest.fixture(scope="session")
+def foreign_tokenizer_draft_dir(tmp_path_factory) -> Path:
+    """The same drafter with another tokenizer of the same size: ids mean other tokens."""
+    tokens = {**QWEN_TOKENS, "Ġworld": 2}
+    return write_checkpoint(tmp_path_factory.mktemp("foreign_draft"), qwen35_config(SMALL_DRAFT),
+                            qwen35_exl3_schema(SMALL_DRAFT), tokens=tokens)

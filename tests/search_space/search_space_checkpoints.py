@@ -99,8 +99,23 @@ def write_safetensors(path: Path, schema: dict[str, tuple[str, list[int]]], *, s
     return offset
 
 
-def write_checkpoint(directory: Path, config: dict, schema: dict) -> Path:
+def write_checkpoint(directory: Path, config: dict, schema: dict, *, tokens: dict[str, int] | None = None) -> Path:
+    """config.json and a header-only model.safetensors; `tokens`: a tokenizer.json with that vocabulary."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config, indent=2))
     write_safetensors(directory / "model.safetensors", schema)
+    if tokens is not None:
+        write_tokenizer(directory, tokens)
     return directory
+
+
+# A stand-in for Qwen's tokenizer: the drafter checks compare token -> id maps, not their size.
+QWEN_TOKENS = {"hello": 0, "Ġworld": 1, "<|im_start|>": 248044, "<|im_end|>": 248045}
+
+
+def write_tokenizer(directory: Path, tokens: dict[str, int]) -> None:
+    """A tokenizer.json whose BPE vocabulary is `tokens` (the added tokens are those with '<|')."""
+    added = [{"id": i, "content": t, "special": True} for t, i in tokens.items() if t.startswith("<|")]
+    vocab = {t: i for t, i in tokens.items() if not t.startswith("<|")}
+    (directory / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": vocab, "merges": []},
+                                                          "added_tokens": added}))

@@ -215,7 +215,7 @@ def _space(model_dir, engine="exllamav3", draft_dir=None, cpu_count=2, **kwargs)
 
 def test_draft_tokens_are_active_only_with_a_speculative_mode(full_space):
     num_draft = full_space.knob("num_draft_tokens")
-    for mode in ("ngram", "mtp", "dflash"):
+    for mode in ("ngram", "mtp", "dflash", "draft_model"):
         assert num_draft.is_active(full_space.context, {"draft_mode": mode})
     assert not num_draft.is_active(full_space.context, {"draft_mode": "none"})
     assert "num_draft_tokens" not in full_space.baseline_values()
@@ -231,8 +231,8 @@ def test_dflash_is_offered_only_when_the_user_gives_a_draft_model(qwen27b_mtp_di
     assert "dflash" in _space(qwen27b_mtp_dir, draft_dir=dflash_dir).knob("draft_mode").domain.choices
 
 
-def test_a_draft_model_that_is_not_dflash_is_refused(qwen27b_dir, tiny_exl3_dir, tiny_hf_dir, dflash_dir):
-    with pytest.raises(SpaceError, match="not a DFlash"):
+def test_a_draft_model_of_another_vocabulary_is_refused(qwen27b_dir, tiny_exl3_dir, tiny_hf_dir, dflash_dir):
+    with pytest.raises(SpaceError, match="vocab_size 512, the model 248320"):
         _space(qwen27b_dir, draft_dir=tiny_exl3_dir)
     with pytest.raises(SpaceError, match="only to the exllamav3 engine"):
         _space(tiny_hf_dir, engine="transformers", draft_dir=dflash_dir)

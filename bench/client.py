@@ -104,8 +104,11 @@ def parse_usage(chunk: dict[str, Any]) -> dict[str, Any]:
             out["server_decode_s"] = timings.get("decode_s")
         spec = usage.get("speculative")
         if isinstance(spec, dict):
-            out["spec_accepted_tokens"] = spec.get("accepted_tokens")
-            out["spec_rejected_tokens"] = spec.get("rejected_tokens")
+            accepted, rejected, drafted = (spec.get(k) for k in ("accepted_tokens", "rejected_tokens", "drafted_tokens"))
+            if rejected is None and isinstance(drafted, int) and isinstance(accepted, int):
+                rejected = drafted - accepted  # every drafted token is accepted or rejected
+            out["spec_accepted_tokens"] = accepted
+            out["spec_rejected_tokens"] = rejected
     timings = chunk.get("timings")  # llama.cpp server
     if isinstance(timings, dict) and "prompt_ms" in timings:
         out["server_prefill_s"] = timings["prompt_ms"] / 1000

@@ -166,6 +166,7 @@ class _Session:
             accepts_stream_options=self._fields["stream_options"],
             reports_cached_tokens=small.cached_tokens is not None,
             reports_timings=small.server_prefill_s is not None,
+            reports_speculative=small.spec_accepted_tokens is not None,
             server_info=info,
         )
         self._check_fits()

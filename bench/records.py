@@ -108,7 +108,9 @@ class RequestResult:
     server_queue_s: float | None = None  # usage.timings extension, where reported
     server_prefill_s: float | None = None
     server_decode_s: float | None = None
-    spec_accepted_tokens: int | None = None  # usage.speculative extension, where reported
+    # usage.speculative extension (this project's server), where reported: drafted tokens the model
+    # accepted and rejected in this request; drafted = accepted + rejected. None: not reported
+    spec_accepted_tokens: int | None = None
     spec_rejected_tokens: int | None = None
     gpu: GpuWindow | None = None
     invalid_reason: str | None = None  # set by the ladder: why this run does not count
@@ -138,6 +140,12 @@ class RequestResult:
         ends (see prefill_time_client_s); decode_tok_per_s_client counts the tokens after it.
         """
         return sum(self.itl_s[1:])
+
+    @property
+    def spec_drafted_tokens(self) -> int | None:
+        if self.spec_accepted_tokens is None or self.spec_rejected_tokens is None:
+            return None
+        return self.spec_accepted_tokens + self.spec_rejected_tokens
 
     @property
     def new_prompt_tokens(self) -> int | None:
@@ -181,6 +189,7 @@ class RequestResult:
             "prefill_tok_per_s_server",
             "decode_tok_per_s_client",
             "decode_tok_per_s_server",
+            "spec_drafted_tokens",
         ):
             d[name] = getattr(self, name)
         return d
@@ -317,11 +326,33 @@ class DecodePoint(_Point):
         return _summary(self._rates("decode_tok_per_s_server"))
 
     @property
+    def _spec_runs(self) -> tuple[RequestResult, ...]:
+        """Valid runs whose server reported its drafting (None counts are not zeros)."""
+        return tuple(r for r in self.valid_runs if r.spec_drafted_tokens is not None)
+
+    @property
+    def spec_drafted_tokens(self) -> int | None:
+        """Draft tokens proposed over the valid runs; None where the server reported no drafting."""
+        runs = self._spec_runs
+        return sum(r.spec_drafted_tokens for r in runs) if runs else None
+
+    @property
+    def spec_accepted_tokens(self) -> int | None:
+        runs = self._spec_runs
+        return sum(r.spec_accepted_tokens for r in runs) if runs else None
+
+    @property
     def spec_acceptance(self) -> float | None:
-        """Accepted / (accepted + rejected) draft tokens, pooled over valid runs, where reported."""
-        acc = sum(r.spec_accepted_tokens or 0 for r in self.valid_runs)
-        rej = sum(r.spec_rejected_tokens or 0 for r in self.valid_runs)
-        return acc / (acc + rej) if acc + rej else None
+        """Accepted / drafted tokens, pooled over the valid runs that report it; None when nothing was drafted."""
+        drafted = self.spec_drafted_tokens
+        return self.spec_accepted_tokens / drafted if drafted else None
+
+    @property
+    def spec_accepted_per_token(self) -> float | None:
+        """Accepted drafts per completion token: the share of the output the drafter supplied."""
+        runs = self._spec_runs
+        completion = sum(r.completion_tokens or 0 for r in runs)
+        return sum(r.spec_accepted_tokens for r in runs) / completion if runs and completion else None
 
     @property
     def drift_rel(self) -> float | None:
@@ -337,7 +368,8 @@ class DecodePoint(_Point):
         for name in ("decode_tok_per_s_client", "decode_tok_per_s_server"):
             s = getattr(self, name)
             d[name] = s.to_dict() if s else None
-        d["spec_acceptance"] = self.spec_acceptance
+        for name in ("spec_drafted_tokens", "spec_accepted_tokens", "spec_acceptance", "spec_accepted_per_token"):
+            d[name] = getattr(self, name)
         d["drift_rel"] = self.drift_rel
         return d | self._base_dict()
 
@@ -359,6 +391,7 @@ class ServerProfile:
     # learned from its reports on unique set-up prompts; None: not reported, or from an older record
     shared_prefix_tokens: int | None = None
     max_cached_tokens: int | None = None  # the limit runs were judged by (more cached: a cache hit)
+    reports_speculative: bool | None = None  # usage.speculative seen (the server drafts); None: older record
 
 
 def _points(rows: list[dict[str, Any]], cls: type, keys: tuple[str, ...]) -> tuple[Any, ...]:
@@ -406,6 +439,15 @@ class BenchResult:
         """Median of every metric, keyed as in samples()."""
         return {k: summarize(v).median for k, v in self.samples().items()}
 
+    def acceptance(self) -> dict[str, float]:
+        """Pooled draft acceptance of every decode point that drafted, keyed "spec_acceptance@1024/math".
+
+        Kept apart from samples(): a configuration that does not draft has no acceptance, and
+        compare() must not call that a missing measurement of its speed.
+        """
+        return {f"spec_acceptance@{d.context_tokens}/{d.kind}": d.spec_acceptance for d in self.decode
+                if d.spec_acceptance is not None}
+
     @property
     def invalid_runs(self) -> int:
         return sum(len(p.runs) - len(p.valid_runs) for p in (*self.prefill, *self.decode))
@@ -420,6 +462,7 @@ class BenchResult:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "headline": self.headline(),
+            "acceptance": self.acceptance(),
             "probes": [r.to_dict() for r in self.probes],
             "prefill": [p.to_dict() for p in self.prefill],
             "decode": [d.to_dict() for d in self.decode],

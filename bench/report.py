@@ -106,13 +106,16 @@ def render(result: BenchResult, console: Console) -> None:
             "runs",
             "tok/s client",
             "tok/s server",
-            "spec accept",
+            "accepted/drafted",
             "GPU",
         ):
             table.add_column(col, justify="right")
         for d in result.decode:
             tokens = f"{d.prompt_tokens_median:,.0f}" if d.prompt_tokens_median else "-"
-            accept = f"{d.spec_acceptance:.1%}" if d.spec_acceptance is not None else "-"
+            accept = "-"
+            if d.spec_drafted_tokens is not None:  # the server drafts: show the counts behind the rate
+                rate = f"{d.spec_acceptance:.1%} " if d.spec_acceptance is not None else ""
+                accept = f"{rate}({d.spec_accepted_tokens:,}/{d.spec_drafted_tokens:,})"
             table.add_row(
                 f"{d.context_tokens:,}",
                 d.kind,
@@ -138,8 +141,9 @@ def render(result: BenchResult, console: Console) -> None:
 
 
 def summary_lines(result: BenchResult) -> list[str]:
-    """Greppable `metric: median` lines, one per metric, plus the invalid-run count."""
+    """Greppable `metric: median` lines, one per metric, pooled draft acceptance, and the invalid-run count."""
     lines = [f"{key}: {value:.2f}" for key, value in result.headline().items()]
+    lines += [f"{key}: {value:.4f}" for key, value in result.acceptance().items()]
     lines.append(f"invalid_runs: {result.invalid_runs}")
     return lines
 

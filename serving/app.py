@@ -292,16 +292,18 @@ async def _until_disconnect(request: Request, work) -> JSONResponse:
 
 def _usage(usage: EngineUsage, completion_tokens: int | None = None) -> dict:
     completion = usage.completion_tokens if completion_tokens is None else completion_tokens
-    return {
+    out = {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": completion,
         "total_tokens": usage.prompt_tokens + completion,
         "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
         "timings": {"queue_s": round(usage.queue_s, 6), "prefill_s": round(usage.prefill_s, 6),
                     "decode_s": round(usage.decode_s, 6)},
-        "speculative": {"accepted_tokens": usage.accepted_draft_tokens,
-                        "rejected_tokens": usage.rejected_draft_tokens},
     }
+    if usage.drafted_tokens is not None:  # only from an engine that drafts: absent is not "0 % accepted"
+        out["speculative"] = {"drafted_tokens": usage.drafted_tokens, "accepted_tokens": usage.accepted_draft_tokens,
+                              "rejected_tokens": usage.rejected_draft_tokens}
+    return out
 
 
 def _engine_error(finish: FinishEvent) -> ApiError:

@@ -139,12 +139,31 @@ class TransformersArgs:
     threads: int = 0  # torch intra-op threads; 0 = torch's default
     max_batch_size: int = 4  # jobs active at once; the rest wait in the queue
     context_tokens: int = 0  # longest prompt + output; 0 = the model's max_position_embeddings
+    # Prompt-lookup (n-gram) drafting, as exllamav3's ngram mode: the continuation of the longest suffix
+    # match (at least ngram_match_min tokens) in the job's own context, verified in one forward
+    draft_mode: Literal["none", "ngram"] = "none"
+    num_draft_tokens: int | None = None  # tokens drafted per step; None: 4, exllamav3's n-gram default
+    ngram_match_min: int = 0  # >= 1 exactly when draft_mode == "ngram"
 
     def __post_init__(self) -> None:
         for name in ("prefill_chunk_size", "threads", "context_tokens"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         _positive(self, "max_batch_size")
+        if (self.draft_mode == "ngram") != (self.ngram_match_min >= 1):
+            raise ConfigError("ngram_match_min >= 1 is required with draft_mode 'ngram' and allowed only then")
+        if self.num_draft_tokens is not None:
+            if self.draft_mode == "none":
+                raise ConfigError("num_draft_tokens applies only with draft_mode 'ngram'")
+            if not 1 <= self.num_draft_tokens <= 16:
+                raise ConfigError(f"num_draft_tokens must be 1..16, got {self.num_draft_tokens}")
+
+    @property
+    def draft_tokens(self) -> int:
+        """Tokens drafted per step: 0 without drafting."""
+        if self.draft_mode == "none":
+            return 0
+        return self.num_draft_tokens or 4
 
 
 _ARGS_BY_ENGINE: dict[str, type] = {"exllamav3": Exl3Args, "transformers": TransformersArgs}

@@ -100,8 +100,17 @@ class EngineUsage:
     queue_s: float = 0.0
     prefill_s: float = 0.0
     decode_s: float = 0.0
-    accepted_draft_tokens: int = 0
-    rejected_draft_tokens: int = 0
+    # Speculative decoding, from the engine's own per-job counters; None when the engine does not draft
+    # (so "no drafting" never reads as "0 % acceptance"). Every drafted token is either accepted or
+    # rejected, drafts left unverified when the job ended included (exllamav3's convention).
+    accepted_draft_tokens: int | None = None
+    rejected_draft_tokens: int | None = None
+
+    @property
+    def drafted_tokens(self) -> int | None:
+        if self.accepted_draft_tokens is None or self.rejected_draft_tokens is None:
+            return None
+        return self.accepted_draft_tokens + self.rejected_draft_tokens
 
 
 @dataclass(frozen=True, slots=True)

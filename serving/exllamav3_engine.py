@@ -287,8 +287,9 @@ class Exl3Engine(Engine):
             queue_s=float(result.get("time_enqueued", 0.0)),
             prefill_s=float(result.get("time_prefill", 0.0)),
             decode_s=float(result.get("time_generate", 0.0)),
-            accepted_draft_tokens=int(result.get("accepted_draft_tokens", 0)),
-            rejected_draft_tokens=int(result.get("rejected_draft_tokens", 0)),
+            # exllamav3 puts the counters in the EOS result only when its Generator drafts (job.py)
+            accepted_draft_tokens=_count(result, "accepted_draft_tokens"),
+            rejected_draft_tokens=_count(result, "rejected_draft_tokens"),
         )
         scores = None
         if isinstance(job.request, ScoreRequest):
@@ -319,6 +320,11 @@ class Exl3Engine(Engine):
             "vram_reserved_bytes": torch.cuda.memory_reserved(0),
             "env": dict(self.env),
         }
+
+
+def _count(result: dict, key: str) -> int | None:
+    value = result.get(key)
+    return None if value is None else int(value)
 
 
 def _log(p: float) -> float:

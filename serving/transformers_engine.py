@@ -1,8 +1,16 @@
 """The CPU engine: a Hugging Face transformers model behind the same contract as exllamav3.
 
 It serves the embedded default and CI. Jobs take turns on the worker thread, one prefill chunk or
-one token per turn, so concurrent requests interleave instead of waiting for each other; at most
-`max_batch_size` are active, the rest queue. Each job keeps its own KV/recurrent cache.
+one decode forward per turn, so concurrent requests interleave instead of waiting for each other;
+at most `max_batch_size` are active, the rest queue. Each job keeps its own KV/recurrent cache.
+
+With `draft_mode="ngram"` a decode forward also verifies drafted tokens (prompt lookup: the
+continuation of the longest earlier match of the context's suffix, as exllamav3's n-gram mode),
+accepted while the job's own sampler picks them, so output keeps its distribution. transformers'
+own `generate(prompt_lookup_num_tokens=...)` is not used: it runs a whole request at once (no
+interleaving), reports no acceptance counts, and refuses hybrid models, whose recurrent state
+cannot be cropped. Here a rejected draft restores the linear-attention layers' state saved before
+the verify forward and feeds the accepted tokens again; attention layers are cropped.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import json
 import logging
 import random
 import time
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +42,7 @@ from serving.sampling import choose_token, top_logprobs
 from serving.stops import StopMatcher
 from serving.textcodec import IncrementalDecoder, TextCodec
 
-__all__ = ["TransformersEngine"]
+__all__ = ["TransformersEngine", "ngram_draft"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +61,9 @@ class _State:
     stops: StopMatcher | None = None
     rng: torch.Generator | None = None
     scores: list[TokenScore] = field(default_factory=list)
+    pending: int | None = None  # chosen and emitted, not yet fed to the model
+    accepted_draft_tokens: int = 0
+    rejected_draft_tokens: int = 0
 
 
 class TransformersEngine(Engine):
@@ -64,6 +76,7 @@ class TransformersEngine(Engine):
         self._active: list[Job] = []
         self.model = None
         self._cache_kwarg = "cache"
+        self._recurrent = False  # the model has linear-attention layers (set by _load)
 
     # ---- worker thread ----
 
@@ -78,6 +91,7 @@ class TransformersEngine(Engine):
         ).eval()
         params = inspect.signature(self.model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._recurrent = any(hasattr(layer, "recurrent_states") for layer in self._new_state().cache.layers)
         config = json.loads((Path(self.model_dir) / "config.json").read_text())
         limit = config.get("max_position_embeddings") or config.get("text_config", {}).get("max_position_embeddings")
         self.context_tokens = self.args.context_tokens or int(limit or 4096)
@@ -145,6 +159,7 @@ class TransformersEngine(Engine):
         self._forward(state, list(prompt[state.fed : min(end, state.fed + chunk)]))
 
     def _advance_generation(self, job: Job) -> bool:
+        """One turn: prefill a chunk, or feed the last token (plus drafts) and emit what the model chose."""
         req: GenerationRequest = job.request
         state: _State = job.state
         if state.fed < len(req.prompt_ids):
@@ -154,39 +169,121 @@ class TransformersEngine(Engine):
             state.rng = torch.Generator().manual_seed(req.sampling.seed if req.sampling.seed is not None else random.getrandbits(63))
             state.decoder = IncrementalDecoder(self.codec)
             state.stops = StopMatcher(req.stop_strings)
-        banned = self.codec.eos_token_ids if req.ignore_eos else ()
-        token = choose_token(
-            state.logits,
+        if state.pending is None:  # the first token comes from the prefill's last logits
+            token = self._choose(job, state.logits)
+            reason = self._emit(job, token, state.logits)
+            if reason is not None:
+                job.emit(self._finish(job, reason))
+                return True
+            state.pending = token
+        return self._decode_step(job)
+
+    def _decode_step(self, job: Job) -> bool:
+        """Feed the pending token and any drafts in one forward; accept drafts while the sampler agrees.
+
+        The token chosen at each position is what plain decoding would have chosen there, so a draft
+        is accepted exactly when it equals it (exllamav3's rule), and the first disagreement is
+        emitted as the correction. Drafts still unverified when the job ends count as rejected, so
+        accepted + rejected is the number drafted.
+        """
+        req: GenerationRequest = job.request
+        state: _State = job.state
+        remaining = req.max_new_tokens - len(state.generated)
+        drafts = self._drafts([*req.prompt_ids, *state.generated], limit=remaining - 1)
+        fed_before = state.fed
+        saved = self._save_recurrent(state.cache) if drafts and self._recurrent else None
+        fed = [state.pending, *drafts]
+        logits = self._forward(state, fed)[-len(fed):]  # [1 + drafts, vocab]
+        for i in range(len(fed)):
+            token = self._choose(job, logits[i])
+            matched = i < len(drafts) and token == drafts[i]
+            if matched:
+                state.accepted_draft_tokens += 1
+            elif i < len(drafts):
+                state.rejected_draft_tokens += len(drafts) - i
+            reason = self._emit(job, token, logits[i])
+            if reason is not None:
+                if matched:
+                    state.rejected_draft_tokens += len(drafts) - i - 1  # verified by nobody: the job ended
+                job.emit(self._finish(job, reason))
+                return True
+            if not matched:
+                if i < len(drafts):
+                    self._rewind(state, fed_before, fed[: i + 1], saved)
+                state.pending = token
+                return False
+        raise AssertionError("the last position is never a draft")  # internal invariant
+
+    def _choose(self, job: Job, logits: torch.Tensor) -> int:
+        req: GenerationRequest = job.request
+        state: _State = job.state
+        return choose_token(
+            logits,
             req.sampling,
             context_ids=[*req.prompt_ids, *state.generated],
             generated_ids=state.generated,
             generator=state.rng,
-            banned_ids=banned,
+            banned_ids=self.codec.eos_token_ids if req.ignore_eos else (),
         )
-        now = time.perf_counter()
+
+    def _emit(self, job: Job, token: int, logits: torch.Tensor) -> str | None:
+        """Emit one chosen token; return the finish reason when it ends the job (the caller finishes it)."""
+        req: GenerationRequest = job.request
+        state: _State = job.state
         if state.first_token_at is None:
-            state.first_token_at = now
+            state.first_token_at = time.perf_counter()
         state.generated.append(token)
         logprob, top = None, ()
         if req.top_logprobs is not None:
-            logprobs = torch.log_softmax(state.logits, dim=-1)
+            logprobs = torch.log_softmax(logits, dim=-1)
             logprob, top = float(logprobs[token]), top_logprobs(logprobs, req.top_logprobs)
         if token in self.codec.eos_token_ids and not req.ignore_eos:
             job.emit(TokenEvent(token, state.stops.flush(), logprob, top))
-            job.emit(self._finish(job, "stop"))
-            return True
+            return "stop"
         text = state.stops.push(state.decoder.push(token))
         if state.stops.stopped:
             job.emit(TokenEvent(token, text, logprob, top))
-            job.emit(self._finish(job, "stop"))
-            return True
+            return "stop"
         if len(state.generated) >= req.max_new_tokens:
             job.emit(TokenEvent(token, text + state.stops.flush(), logprob, top))
-            job.emit(self._finish(job, "length"))
-            return True
+            return "length"
         job.emit(TokenEvent(token, text, logprob, top))
-        self._forward(state, [token])
-        return False
+        return None
+
+    # ---- prompt-lookup drafting ----
+
+    def _drafts(self, context: list[int], *, limit: int) -> list[int]:
+        """The tokens after the latest earlier occurrence of the context's longest matching suffix."""
+        k = min(self.args.draft_tokens, limit)
+        if k <= 0:
+            return []
+        return ngram_draft(context, match_min=self.args.ngram_match_min, length=k)
+
+    @staticmethod
+    def _save_recurrent(cache) -> list:
+        """Copies of every linear-attention layer's conv and recurrent state (they cannot be cropped)."""
+        return [
+            ({i: t.clone() for i, t in layer.conv_states.items() if t is not None},
+             {i: t.clone() for i, t in layer.recurrent_states.items() if t is not None})
+            if hasattr(layer, "recurrent_states") else None
+            for layer in cache.layers
+        ]
+
+    def _rewind(self, state: _State, fed_before: int, keep: list[int], saved: list | None) -> None:
+        """Drop the rejected drafts from the cache: it then holds exactly `fed_before` + `keep` tokens."""
+        fed_now = state.fed
+        if saved is None:  # attention layers only: cropping is exact
+            state.cache.crop(-(fed_now - fed_before - len(keep)))
+            state.fed = fed_before + len(keep)
+            return
+        for layer, copies in zip(state.cache.layers, saved, strict=True):
+            if copies is None:
+                layer.crop(-(fed_now - fed_before))
+            else:
+                layer.conv_states.update(copies[0])
+                layer.recurrent_states.update(copies[1])
+        state.fed = fed_before
+        self._forward(state, keep)  # the recurrent state advances over the accepted tokens only
 
     def _advance_score(self, job: Job) -> bool:
         req: ScoreRequest = job.request
@@ -223,6 +320,9 @@ class TransformersEngine(Engine):
             prefill_s=first - state.started_at,
             decode_s=now - first,
         )
+        if self.args.draft_mode != "none" and not isinstance(job.request, ScoreRequest):
+            usage.accepted_draft_tokens = state.accepted_draft_tokens
+            usage.rejected_draft_tokens = state.rejected_draft_tokens
         return FinishEvent(reason, usage, scores=scores)
 
     def info(self) -> dict:
@@ -234,3 +334,35 @@ class TransformersEngine(Engine):
             "torch_version": torch.__version__,
             "dtype": self.args.dtype,
         }
+
+
+def ngram_draft(context: list[int], *, match_min: int, length: int, match_max: int = 64) -> list[int]:
+    """Up to `length` tokens that followed the latest earlier occurrence of the longest suffix of `context`
+    (at least `match_min` and at most `match_max` tokens long) that occurred before; [] without one."""
+    if len(context) <= match_min:
+        return []
+    ids = array("i", context)
+    haystack = ids[:-1].tobytes()  # an occurrence must end before the last token, so something follows it
+    best = None
+    n = match_min
+    while n <= min(match_max, len(context) - 1):
+        at = _rfind_aligned(haystack, ids[-n:].tobytes())
+        if at is None:
+            break
+        best, n = (at, n), n + 1
+    if best is None:
+        return []
+    start = best[0] + best[1]
+    return context[start : start + length]
+
+
+def _rfind_aligned(haystack: bytes, needle: bytes) -> int | None:
+    """Token index of the last occurrence of `needle` in `haystack`, both int32 token arrays."""
+    end = len(haystack)
+    while True:
+        pos = haystack.rfind(needle, 0, end)
+        if pos < 0:
+            return None
+        if pos % 4 == 0:
+            return pos // 4
+        end = pos + len(needle) - 1  # a match straddling token boundaries: look further left

@@ -11,6 +11,9 @@ from serving.launcher import LaunchSpec, free_port, launch
 from serving.synthetic.tiny import write_tiny_model
 
 TINY_CONFIG = ServingConfig.from_dict({"engine": "transformers", "args": {"threads": 1}})
+# Prompt-lookup drafting from any 1-token match, so the tiny model's noise still gets drafts
+NGRAM_CONFIG = ServingConfig.from_dict({"engine": "transformers",
+                                        "args": {"threads": 1, "draft_mode": "ngram", "ngram_match_min": 1}})
 
 
 @pytest.fixture(scope="session")
@@ -24,6 +27,16 @@ def tiny_server(tiny_model_dir, tmp_path_factory):
     """A real `python -m serving` process on the tiny model (transformers engine, no API key)."""
     log_path = tmp_path_factory.mktemp("server") / "tiny-server.log"
     spec = LaunchSpec(model_dir=tiny_model_dir, config=TINY_CONFIG, port=free_port(), log_path=log_path,
+                      startup_timeout_s=180)
+    with launch(spec) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def ngram_server(tiny_model_dir, tmp_path_factory):
+    """A real `python -m serving` process on the tiny model that drafts by prompt lookup (n-gram)."""
+    log_path = tmp_path_factory.mktemp("ngram-server") / "ngram-server.log"
+    spec = LaunchSpec(model_dir=tiny_model_dir, config=NGRAM_CONFIG, port=free_port(), log_path=log_path,
                       startup_timeout_s=180)
     with launch(spec) as server:
         yield server

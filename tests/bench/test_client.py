@@ -52,6 +52,12 @@ def test_usage_extensions_of_this_projects_server_are_read():
     }
 
 
+def test_a_drafted_count_without_rejections_is_read_as_drafted_minus_accepted():
+    usage = {"prompt_tokens": 5, "completion_tokens": 9, "speculative": {"drafted_tokens": 12, "accepted_tokens": 7}}
+    parsed = parse_usage({"usage": usage})
+    assert (parsed["spec_accepted_tokens"], parsed["spec_rejected_tokens"]) == (7, 5)
+
+
 def test_plain_openai_usage_has_no_extensions():
     assert parse_usage({"usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}) == {
         "prompt_tokens": 5,

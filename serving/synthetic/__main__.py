@@ -3,6 +3,7 @@
 Usage:
     python -m serving.synthetic tiny DIR [--seed 0]
     python -m serving.synthetic qwen3.8-27b DIR [--bits 4.0] [--head-bits 6] [--layers N] [--seed 0]
+                                               [--mtp-layers 1] [--mtp-bits 4]    # with the MTP head
     python -m serving.synthetic exl3-input HF_DIR OUT_DIR     # tiny model -> exllamav3 converter layout
 
 Turning the tiny model into EXL3 with exllamav3's own converter (GPU machine):
@@ -32,6 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     big.add_argument("--head-bits", type=int, default=6)
     big.add_argument("--layers", type=int, default=None, help="decoder layers (default 64); 3 GDN : 1 attention")
     big.add_argument("--seed", type=int, default=0)
+    big.add_argument("--mtp-layers", type=int, default=0,
+                     help="MTP layers (the published Qwen3.8-27B has 1): writes the multimodal config exllamav3 "
+                          "builds an MTP drafter for. Random weights: MTP acceptance is near zero, so only its "
+                          "plumbing, memory and per-step cost are the real model's. Default 0: the text-only layout")
+    big.add_argument("--mtp-bits", type=int, default=4, help="MTP layers' bits (exllamav3's converter default 4)")
     conv = sub.add_parser("exl3-input", help="copy a tiny model into the layout exllamav3's converter reads")
     conv.add_argument("hf_dir", type=Path)
     conv.add_argument("out_dir", type=Path)
@@ -54,8 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not 1.0 <= args.bits <= 8.0 or round(args.bits * 16) != args.bits * 16:
             print("--bits must be between 1 and 8 in steps of 1/16", file=sys.stderr)
             return 2
+        if args.mtp_layers < 0 or not 1 <= args.mtp_bits <= 8:
+            print("--mtp-layers must be >= 0 and --mtp-bits 1..8", file=sys.stderr)
+            return 2
         out = write_exl3_checkpoint(args.out_dir, QWEN38_27B, bits=args.bits, head_bits=args.head_bits,
-                                    layers=args.layers, seed=args.seed)
+                                    layers=args.layers, mtp_layers=args.mtp_layers, mtp_bits=args.mtp_bits,
+                                    seed=args.seed)
     else:
         from serving.synthetic.tiny import prepare_for_exl3
 

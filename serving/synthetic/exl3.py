@@ -5,8 +5,18 @@ the codebook, not on the values of the codes. An EXL3 linear is `trellis` int16
 [in/16, out/16, 16*bits], `suh` fp16 [in], `svh` fp16 [out] and the `mul1` codebook constant.
 Outputs of such a model are noise; its decode and prefill speed are the real model's.
 
+With `mtp_layers=1` it is the published Qwen3.8-27B layout: a `Qwen3_5ForConditionalGeneration`
+config (text_config, vision_config, preprocessor_config.json: what exllamav3's Qwen3_5VLConfig
+reads; no vision tensors, which the text model never loads) with the MTP head exllamav3's
+Qwen3_5MTPModel loads as `component="mtp"`: `mtp.pre_fc_norm_hidden`, `mtp.pre_fc_norm_embedding`,
+`mtp.fc` (2H -> H), one attention + MLP block `mtp.layers.0.*` and `mtp.norm`, at `mtp_bits`. MTP
+drafting's plumbing, memory and cost per step are then the real model's; its ACCEPTANCE IS NEAR ZERO,
+because a random head does not predict a random trunk, so a decode speed measured with it is the
+cost of drafting without the gain, never the real model's MTP speed.
+
 Usage:
     write_exl3_checkpoint(Path("/tmp/q27"), QWEN38_27B, bits=4.0, head_bits=6)
+    write_exl3_checkpoint(Path("/tmp/q27-mtp"), QWEN38_27B, mtp_layers=1, mtp_bits=4)
 """
 
 from __future__ import annotations
@@ -22,7 +32,15 @@ import numpy as np
 
 from serving.synthetic.tiny import SPECIAL_TOKENS, THINK_TOKENS, build_tokenizer
 
-__all__ = ["QWEN38_27B", "TensorSpec", "exl3_linear", "exl3_schema", "text_config", "write_exl3_checkpoint"]
+__all__ = [
+    "QWEN38_27B",
+    "TensorSpec",
+    "exl3_linear",
+    "exl3_schema",
+    "multimodal_config",
+    "text_config",
+    "write_exl3_checkpoint",
+]
 
 MUL1 = 0x83DCD12D  # the mul1 codebook constant, stored as a signed int32 scalar
 _DTYPES = {"I16": (np.int16, 2), "F16": (np.float16, 2), "BF16": (None, 2), "I32": (np.int32, 4)}
@@ -65,6 +83,28 @@ def text_config(dims: dict, *, layers: int | None = None) -> dict:
         "partial_rotary_factor": rope["partial_rotary_factor"], "rope_parameters": rope,
         "bos_token_id": None, "use_cache": True,
     }
+
+
+# Qwen3.5's vision tower as transformers' Qwen3_5VisionConfig defaults describe it; exllamav3's
+# read_qwen3_vl_vision_config requires every one of these keys (deepstack: none in Qwen3.5)
+_VISION = dict(model_type="qwen3_5", depth=27, hidden_size=1152, hidden_act="gelu_pytorch_tanh",
+               intermediate_size=4304, num_heads=16, num_position_embeddings=2304, patch_size=16,
+               spatial_merge_size=2, temporal_patch_size=2, deepstack_visual_indexes=[])
+_PREPROCESSOR = dict(size={"shortest_edge": 65536, "longest_edge": 16777216}, patch_size=16, temporal_patch_size=2,
+                     merge_size=2, image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5],
+                     image_processor_type="Qwen2VLImageProcessorFast")
+
+
+def multimodal_config(text: dict, *, mtp_layers: int) -> dict:
+    """The published layout: Qwen3_5ForConditionalGeneration around `text`, with `mtp_layers` MTP layers.
+
+    exllamav3 registers an MTP component only for this architecture (Qwen3_5VLConfig), not for the
+    text-only Qwen3_5ForCausalLM.
+    """
+    inner = {k: v for k, v in text.items() if k not in ("architectures", "tie_word_embeddings")}
+    inner.update(model_type="qwen3_5_text", mtp_num_hidden_layers=mtp_layers)
+    return {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "text_config": inner,
+            "vision_config": {**_VISION, "out_hidden_size": text["hidden_size"]}, "tie_word_embeddings": False}
 
 
 def exl3_linear(name: str, n_in: int, n_out: int, bits: float) -> dict[str, TensorSpec]:
@@ -192,18 +232,24 @@ def _shards(schema: dict[str, TensorSpec], max_bytes: int) -> Iterator[list[str]
 
 
 def write_exl3_checkpoint(out_dir: Path, dims: dict = QWEN38_27B, *, bits: float = 4.0, head_bits: int = 6,
-                          layers: int | None = None, seed: int = 0, shard_bytes: int = 4 * 1024**3,
-                          sparse: bool = False) -> Path:
+                          layers: int | None = None, mtp_layers: int = 0, mtp_bits: int = 4, seed: int = 0,
+                          shard_bytes: int = 4 * 1024**3, sparse: bool = False) -> Path:
     """Write config.json, sharded safetensors with an index, and a tokenizer covering the vocabulary.
 
+    `mtp_layers` > 0: the multimodal config exllamav3 builds an MTP draft model for, with that many
+    MTP layers at `mtp_bits` (see the module docstring: near-zero acceptance).
     `sparse`: true headers over holes (no data): for code that reads only headers, e.g. the memory model.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    config = text_config(dims, layers=layers)
+    text = text_config(dims, layers=layers)
+    config = multimodal_config(text, mtp_layers=mtp_layers) if mtp_layers else text
     config["quantization_config"] = {"quant_method": "exl3", "version": "1.6.5", "bits": bits,
                                      "head_bits": head_bits, "calibration": {"rows": 0, "cols": 0},
                                      "out_scales": "auto", "codebook": "mul1"}
-    schema = exl3_schema(config, bits=bits, head_bits=head_bits)
+    if mtp_layers:
+        config["quantization_config"]["mtp_bits"] = mtp_bits  # as exllamav3's converter records it
+        (out_dir / "preprocessor_config.json").write_text(json.dumps(_PREPROCESSOR, indent=2))
+    schema = exl3_schema(text, bits=bits, head_bits=head_bits, mtp_layers=mtp_layers, mtp_bits=mtp_bits)
     rng = np.random.default_rng(seed)
     blocks = {  # 32 MiB each, tiled: generating 14 GiB of fresh randomness would take minutes
         "codes": rng.integers(-32768, 32767, size=1 << 24, dtype=np.int16),
@@ -232,15 +278,18 @@ def write_exl3_checkpoint(out_dir: Path, dims: dict = QWEN38_27B, *, bits: float
     total = sum(spec.nbytes for spec in schema.values())
     (out_dir / "model.safetensors.index.json").write_text(json.dumps(
         {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
-    _write_tokenizer(out_dir, config["vocab_size"])
+    _write_tokenizer(out_dir, text["vocab_size"])
     ids = json.loads((out_dir / "tokenizer.json").read_text())
     special = {t["content"]: t["id"] for t in ids["added_tokens"]}
-    config["eos_token_id"] = special["<|im_end|>"]
-    config["pad_token_id"] = special["<|endoftext|>"]
+    for target in (config, config.get("text_config", config)):
+        target["eos_token_id"] = special["<|im_end|>"]
+        target["pad_token_id"] = special["<|endoftext|>"]
     (out_dir / "config.json").write_text(json.dumps(config, indent=2))
     (out_dir / "SYNTHETIC.json").write_text(json.dumps(
-        {"kind": "exl3-shape-true", "bits": bits, "head_bits": head_bits, "layers": config["num_hidden_layers"],
-         "seed": seed, "bytes": total}, indent=2))
+        {"kind": "exl3-shape-true", "bits": bits, "head_bits": head_bits, "layers": text["num_hidden_layers"],
+         "mtp_layers": mtp_layers, "mtp_bits": mtp_bits if mtp_layers else None,
+         "mtp_acceptance": "near zero: random MTP head" if mtp_layers else None, "seed": seed, "bytes": total},
+        indent=2))
     return out_dir
 
 

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from autoresearch.errors import AutoresearchError, PlanError, StorageError
+from eval.policy_args import add_task_policy_arguments, task_policy_from_args
 
 log = logging.getLogger("autoresearch")
 DEFAULT_STORAGE = "sqlite:///results.db"
@@ -58,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="hold a knob fixed (JSON value), e.g. --pin cache_tokens=32768")
     parser.add_argument("--suite-limit", type=int, help="tasks per taskset (shrink a suite)")
     parser.add_argument("--suite-max-tokens", type=int, help="max output tokens per call in every taskset")
+    parser.add_argument("--suite-tasksets", help="run only these tasksets of the suite, comma-separated")
+    parser.add_argument("--suite-concurrency", type=int, help="task requests in flight (default: the suite's)")
+    add_task_policy_arguments(parser)
     parser.add_argument("--bench-prefill", help="prefill ladder, token counts, e.g. 8192 (default: 8192 on GPU)")
     parser.add_argument("--bench-decode", help="decode contexts, e.g. 1024,8192 (default on GPU)")
     parser.add_argument("--bench-decode-tokens", type=int, help="tokens per decode run (default 128 on GPU)")
@@ -128,11 +132,19 @@ def make_plan(args: argparse.Namespace):
         overrides["limit"] = args.suite_limit
     if args.suite_max_tokens is not None:
         overrides["max_tokens"] = args.suite_max_tokens
+    if args.suite_concurrency is not None:
+        overrides["max_concurrent"] = args.suite_concurrency
+    if args.suite_tasksets:
+        overrides["tasksets"] = tuple(name.strip() for name in args.suite_tasksets.split(",") if name.strip())
     if model.is_embedded:
         overrides.setdefault("limit", 2)
         overrides.setdefault("max_tokens", 48)
+    # The embedded default's random model answers nothing right: its task tier is a smoke check, and says so.
+    gate_policy = _gate_policy(args, judge=not model.is_embedded)
+    if suite != "none" and args.command == "run":
+        _check_task_power(suite, overrides, gate_policy.tasks)
     return RunPlan(
-        gate_policy=_gate_policy(args),
+        gate_policy=gate_policy,
         model=model, engine=engine, suite=suite,
         study_name=args.study or study_name_for(suite, engine, model.manifest_hash),
         storage_url=args.storage, workdir=args.workdir.resolve(), results_md=args.results_md.resolve(), trials=trials, hours=args.hours,
@@ -158,7 +170,7 @@ def _stored_study(args: argparse.Namespace) -> dict | None:
     return attrs if "model" in attrs and "engine" in attrs and "suite" in attrs else None
 
 
-def _gate_policy(args: argparse.Namespace):
+def _gate_policy(args: argparse.Namespace, *, judge: bool):
     import dataclasses
 
     from eval import GatePolicy
@@ -168,9 +180,35 @@ def _gate_policy(args: argparse.Namespace):
     changes = {name: getattr(args, name) for name in ("min_floor_top1_disagreement", "min_floor_kl_mean")
                if getattr(args, name) is not None}
     try:
-        return dataclasses.replace(policy, fidelity=dataclasses.replace(policy.fidelity, **changes))
+        return GatePolicy(fidelity=dataclasses.replace(policy.fidelity, **changes),
+                          tasks=task_policy_from_args(args, judge=judge))
     except EvalConfigError as exc:
         raise PlanError(str(exc)) from exc
+
+
+def _check_task_power(suite_name: str, overrides: dict, policy) -> None:
+    """Refuse, before anything launches, a judged suite whose tasksets are too small for the claimed power.
+
+    Tasksets whose size is known only after a run are checked on the baseline's run instead.
+    """
+    from eval.decision import underpowered_message
+    from eval.errors import EvalConfigError
+    from eval.suites import SuiteOverrides, apply_overrides, get_suite
+
+    if not policy.judge:
+        return
+    try:
+        suite = apply_overrides(get_suite(suite_name), SuiteOverrides(**overrides))
+    except EvalConfigError as exc:
+        raise PlanError(str(exc)) from exc
+    design = policy.design(len(suite.tasksets))
+    problems = []
+    for spec in suite.tasksets:
+        n = spec.planned_tasks
+        if n is not None and (power := design.power_at(n)) < policy.power:
+            problems.append(underpowered_message(spec.name, n, power, design.tasks_needed(), policy, design))
+    if problems:
+        raise PlanError("the task tier cannot make the claim it is asked to: " + "; ".join(problems))
 
 
 def _bench_plan(engine: str, args: argparse.Namespace):

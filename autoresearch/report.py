@@ -145,6 +145,35 @@ def _gate_line(plan: RunPlan, store: EvalStore) -> str:
             f"{f['min_floor_top1_disagreement']:g} (near-tie flips not counted).")
 
 
+def _task_tier_lines(plan: RunPlan, store: EvalStore) -> list[str]:
+    """How the task tier decided: its design and power, then every candidate's paired test per taskset."""
+    policy = plan.gate_policy.tasks
+    if not policy.judge:
+        return ["", "**The task tier ran as a smoke check (`--task-tier smoke`): every run was recorded and nothing "
+                "was judged; candidates were gated on fidelity alone.**"]
+    lines = ["", f"Task tier: per taskset, a sequential paired test on the tasks the baseline and the candidate "
+             f"disagree on, walked in the baseline's run order and stopped as soon as it is clear. It is sized to "
+             f"detect a {policy.min_drop:.0%} accuracy drop with power {policy.power:.0%} when "
+             f"{policy.planned_discordance:.0%} of tasks flip; a lossless change is rejected at most "
+             f"{policy.alpha:.0%} of the time over the whole suite (shared equally among its tasksets). Partial "
+             f"credit counts as a wrong answer (correct = reward {policy.full_credit:g}). Power below is exact for "
+             "the paired tasks at the planned share of flips, and again at the share the run showed.", "",
+             "| trial | taskset | decision | tasks used / paired | lost | gained | power | flips seen | power at flips seen |",
+             "|---:|---|---|---:|---:|---:|---:|---:|---:|"]
+    rows = [r for r in store.decision_rows(plan.model.manifest_hash)
+            if str(r["candidate_label"]).startswith(plan.study_name + ":")]
+    for row in rows:
+        trial = str(row["candidate_label"]).split(":")[-2].removeprefix("trial-")
+        for v in row["evidence"].get("tasksets") or []:
+            if "decision" not in v:  # decided before the sequential test existed
+                continue
+            seen = v.get("observed_discordance")
+            lines.append(f"| {trial} | {v['name']} | {v['decision']} | {v['tasks_used']} / {v['paired_tasks']} | "
+                         f"{v['lost']} | {v['gained']} | {v['power']:.0%} | {_fmt(seen, 3)} | "
+                         f"{'-' if v.get('observed_power') is None else format(v['observed_power'], '.0%')} |")
+    return lines
+
+
 def _finalists_table(finals: list[dict]) -> list[str]:
     if not finals:
         return []
@@ -257,12 +286,13 @@ def write_report(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalS
         base_sets = _tasksets(db, store, plan, baseline.number if baseline else None)
         champ_trial = champion["trial"] if champion and not champion["is_baseline"] else None
         champ_sets = _tasksets(db, store, plan, champ_trial)
-        lines += ["| taskset | run | tasks | rollouts | reward | failures (ok=false) | truncations | output tok/s |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+        lines += ["| taskset | run | tasks | rollouts | accuracy (full credit) | reward | operational failures | "
+                  "truncations | output tok/s |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
         for label, sets in (("baseline", base_sets), (f"champion (trial {champ_trial})", champ_sets)):
             for name, r in sets.items():
-                lines.append(f"| {name} | {label} | {r.tasks} | {r.rollouts} | {_fmt(r.reward_mean, 3)} | "
-                             f"{r.failures} | {r.truncations} | {_fmt(r.output_tok_per_s)} |")
+                lines.append(f"| {name} | {label} | {r.tasks} | {r.rollouts} | {_fmt(r.accuracy, 3)} | "
+                             f"{_fmt(r.reward_mean, 3)} | {r.failures} | {r.truncations} | {_fmt(r.output_tok_per_s)} |")
+        lines += _task_tier_lines(plan, store)
     lines += ["", "## Provenance", ""]
     prov = db.provenance(study=plan.study_name)
     if prov:

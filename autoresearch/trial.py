@@ -49,6 +49,7 @@ from eval import (
     measure_fidelity,
     run_suite,
 )
+from eval.decision import baseline_problems
 from eval.errors import EvalError, TasksetRunError
 from eval.store import to_jsonable
 from search_space import (
@@ -196,7 +197,7 @@ class TrialRunner:
                     return self._gated(trial, config, record, gate, decode, prefill)
                 self._stage(record, "tasks")
                 try:
-                    suite = self._suite(trial, config, server)
+                    suite = self._suite(trial, config, server, paired_with=baseline.suite)
                 except TasksetRunError:
                     if self._server_failure(server) is None:
                         raise  # the evaluator itself broke: stop and say so
@@ -266,7 +267,7 @@ class TrialRunner:
             suite = None
             if self.suite is not None:
                 self._stage(record, "tasks")
-                suite = self._suite(trial, config, server)
+                suite = self._baseline_suite(trial, config, record, server)
         self._stage(record, "noise floor")
         with self._server(trial, config, launch=1) as server:
             # bench first, as in the first launch and in every candidate's: a server warmed by the fidelity
@@ -380,13 +381,37 @@ class TrialRunner:
                 trial.set_user_attr("measured_peak_bytes", peak)
         return result
 
-    def _suite(self, trial: optuna.Trial, config: ServingConfig, server):
-        run_dir = (self.plan.study_dir / "suites" / f"trial-{trial.number:04d}-{config.digest[:12]}").resolve()
+    def _baseline_suite(self, trial: optuna.Trial, config: ServingConfig, record: _Record, server):
+        """The task tier's reference, or the study stops: a baseline with failed episodes is run once more,
+        and one that still fails, hits its token budget on most answers or has too few tasks for the
+        claimed power cannot judge anyone (smoke mode records it and judges nothing)."""
+        policy = self.plan.gate_policy.tasks
+        suite = self._suite(trial, config, server)
+        problems = self._baseline_problems(suite) if policy.judge else []
+        if problems and any(t.failures for t in suite.tasksets):
+            log.warning("the baseline's suite run had operational failures; running it once more: %s", problems)
+            suite = self._suite(trial, config, server, attempt=1)
+            problems = self._baseline_problems(suite)
+        if problems:
+            reason = "the baseline's task suite cannot be the reference: " + "; ".join(problems)
+            record.fail("tasks", reason)
+            record.close("baseline_tasks_invalid")
+            raise BaselineUnmeasured(reason)
+        return suite
+
+    def _baseline_problems(self, suite) -> list[str]:
+        policy = self.plan.gate_policy.tasks
+        return [p for t in suite.tasksets for p in baseline_problems(t, policy, tasksets=len(suite.tasksets))]
+
+    def _suite(self, trial: optuna.Trial, config: ServingConfig, server, *, paired_with=None, attempt: int = 0):
+        name = f"trial-{trial.number:04d}-{config.digest[:12]}" + (f"-{attempt}" if attempt else "")
+        run_dir = (self.plan.study_dir / "suites" / name).resolve()
         endpoint = EvalEndpoint(base_url=server.url, model=_served_model(server))
         try:
             result = run_suite(self.suite, endpoint, store=self.store, label=self._label(trial, config),
                                model_manifest_hash=self.plan.model.manifest_hash,
-                               overrides=SuiteOverrides(**self.plan.suite_overrides), run_dir=run_dir)
+                               overrides=SuiteOverrides(**self.plan.suite_overrides), run_dir=run_dir,
+                               paired_with=paired_with, policy=self.plan.gate_policy.tasks)
         except EvalError:
             raise  # missing data or environments: the whole run cannot gate, say so and stop
         self._measure(trial, config, "suite", {"suite_run_id": result.suite_run_id, "suite": result.suite,

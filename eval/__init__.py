@@ -10,7 +10,7 @@ server; importing this package does not import verifiers):
     cand = measure_fidelity(url3, reference, store=store, role="candidate", label=digest)
     verdict = decide_fidelity(cand.metrics, floor.metrics, FidelityPolicy())
     suite = run_suite(get_suite("offline"), Endpoint(base_url=url3, model=m), store=store, label=digest)
-    tasksets = [compare_taskset(b, c, TaskPolicy()) for b, c in zip(base.tasksets, suite.tasksets)]
+    tasksets = [compare_taskset(b, c, TaskPolicy(), tasksets=len(base.tasksets)) for b, c in zip(base.tasksets, suite.tasksets)]
     decision = decide(fidelity=verdict, tasksets=tasksets)
 
 CLI: `python -m eval setup | data NAME | run --suite NAME [--url URL | --dry-run] | fidelity ...`.

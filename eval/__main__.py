@@ -4,7 +4,7 @@ Usage:
     python -m eval setup [--check]                        # pinned prime-environments -> installed tasksets
     python -m eval data NAME|all [--check]                # download + verify a pinned Hub dataset
     python -m eval run --suite NAME --dry-run             # validate a suite's configuration, no model
-    python -m eval run --suite offline --url URL [--limit N --max-tokens N] [--db URL]
+    python -m eval run --suite offline --url URL [--limit N --max-tokens N] [--db URL] [--paired-with ID]
     python -m eval fidelity capture --url URL --db URL --manifest-hash H
     python -m eval fidelity measure --url URL --db URL --manifest-hash H --role candidate --label L
     python -m eval fidelity sweep --model DIR --baseline B.json --candidate NAME=C.json ... --db URL
@@ -27,6 +27,7 @@ from rich.logging import RichHandler
 from rich.text import Text
 
 from eval.errors import EvalConfigError, EvalError
+from eval.policy_args import add_task_policy_arguments, task_policy_from_args
 
 console = Console()
 
@@ -84,10 +85,7 @@ def _add_policy_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-floor-kl-mean", type=float, default=1e-4)
     p.add_argument("--min-floor-kl-p99", type=float, default=1e-3)
     p.add_argument("--min-floor-top1-disagreement", type=float, default=2e-3)
-    p.add_argument(
-        "--margin", type=int, default=1, help="tasks: fail when lost - gained > margin (per taskset)"
-    )
-    p.add_argument("--max-lost", type=int, default=None)
+    add_task_policy_arguments(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--api-key-file", type=Path)
     run.add_argument("--limit", type=_positive_int, help="tasks per taskset (overrides the suite)")
     run.add_argument("--max-tokens", type=_positive_int, help="output tokens per call (overrides the suite)")
+    run.add_argument("--concurrency", type=_positive_int, help="requests in flight (overrides the suite)")
     run.add_argument(
         "--harness", help="verifiers harness id (offline default: eval-chat; Prime suites: null)"
     )
@@ -122,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--taskset", action="append", default=[], help="run only this taskset (repeatable)")
     run.add_argument("--db", help="results.db URL to store the run in, e.g. sqlite:///results.db")
     run.add_argument("--label", default="", help="what was measured (e.g. the serving config digest)")
+    run.add_argument("--paired-with", type=_positive_int, metavar="SUITE_RUN_ID",
+                     help="the baseline's stored run of this suite: stop each taskset as soon as the sequential "
+                     "paired test has decided (needs --db)")
+    add_task_policy_arguments(run)
     run.add_argument("--manifest-hash", help="model manifest hash recorded with the run")
     run.add_argument("--output", type=Path, help="dry-run: write each resolved EvalConfig JSON here")
     _add_common(run)
@@ -209,7 +212,7 @@ def _probe_set(args):
 
 
 def _policy(args):
-    from eval.decision import FidelityPolicy, GatePolicy, TaskPolicy
+    from eval.decision import FidelityPolicy, GatePolicy
 
     return GatePolicy(
         fidelity=FidelityPolicy(
@@ -218,7 +221,7 @@ def _policy(args):
             min_floor_kl_p99=args.min_floor_kl_p99,
             min_floor_top1_disagreement=args.min_floor_top1_disagreement,
         ),
-        tasks=TaskPolicy(margin=args.margin, max_lost=args.max_lost),
+        tasks=task_policy_from_args(args),
     )
 
 
@@ -274,6 +277,7 @@ def cmd_run(args) -> int:
         harness=args.harness,
         runtime_image=args.runtime_image,
         tasksets=tuple(args.taskset),
+        max_concurrent=args.concurrency,
     )
     suite = apply_overrides(get_suite(args.suite), overrides)
     locks, paths = _locks(args), _paths(args)
@@ -303,6 +307,11 @@ def cmd_run(args) -> int:
         from eval.store import EvalStore
 
         store = EvalStore(args.db)
+    paired_with = None
+    if args.paired_with:
+        if store is None:
+            raise EvalConfigError("--paired-with reads the baseline's run from --db; give --db")
+        paired_with = store.load_suite_result(args.paired_with)
     result = run_suite(
         suite,
         Endpoint(base_url=args.url, model=model, api_key=api_key),
@@ -312,6 +321,8 @@ def cmd_run(args) -> int:
         overrides=overrides,
         locks=locks,
         paths=paths,
+        paired_with=paired_with,
+        policy=task_policy_from_args(args),
     )
     if console.is_terminal:
         report.print_suite(console, result)
@@ -446,8 +457,11 @@ def cmd_gate(args) -> int:
     print(f"decision_id: {record.decision_id}")
     print(f"passed: {record.decision.passed}")
     for verdict in record.decision.tasksets:
+        print(f"{verdict.name}.decision: {verdict.decision}")
+        print(f"{verdict.name}.tasks_used: {verdict.tasks_used} of {verdict.paired_tasks}")
         print(f"{verdict.name}.lost: {verdict.lost}")
         print(f"{verdict.name}.gained: {verdict.gained}")
+        print(f"{verdict.name}.power: {verdict.power:.3f}")
     return 0 if record.decision.passed else 1
 
 

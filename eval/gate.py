@@ -66,7 +66,12 @@ def gate_candidate(
                 base = baseline_suite.taskset(result.name)
             except KeyError as exc:
                 raise EvalConfigError(str(exc)) from None
-            tasksets.append(compare_taskset(base, result, policy.tasks))
+            tasksets.append(compare_taskset(base, result, policy.tasks, tasksets=len(baseline_suite.tasksets)))
+        missing = [t.name for t in baseline_suite.tasksets if t.name not in {r.name for r in candidate_suite.tasksets}]
+        if missing and not any(v.decision == "rejected" for v in tasksets):
+            raise EvalConfigError(
+                f"the candidate's suite run has no result for {missing}, and no taskset it ran was rejected"
+            )
     decision = decide(fidelity=fidelity, tasksets=tasksets)
     decision_id = store.save_decision(
         decision,

@@ -140,6 +140,9 @@ class EpisodeOutcome:
     output_tokens: int
     model_time_s: float
     error: str | None = None
+    # When its first trace started (epoch seconds): the run's dispatch order, which the sequential
+    # test follows. None in rows stored before it existed.
+    started_at: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -159,6 +162,12 @@ class TasksetResult:
     output_tok_per_s: float | None  # sum of completion tokens / sum of model-call wall time
     run_dir: str
     episodes: tuple[EpisodeOutcome, ...] = field(default=(), repr=False)
+
+    @property
+    def accuracy(self) -> float | None:
+        """Share of ok episodes at full credit (what the gate counts as correct); None when none was ok."""
+        ok = [e for e in self.episodes if e.ok]
+        return sum(e.reward is not None and e.reward >= 1.0 - 1e-9 for e in ok) / len(ok) if ok else None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -28,6 +28,7 @@ def suite_lines(result: SuiteResult) -> list[str]:
     for t in result.tasksets:
         for key in (
             "tasks",
+            "accuracy",
             "rollouts",
             "failures",
             "truncations",
@@ -46,6 +47,7 @@ def print_suite(console: Console, result: SuiteResult) -> None:
         "taskset",
         "tasks",
         "rollouts",
+        "accuracy",
         "reward",
         "ok=false",
         "truncated",
@@ -58,6 +60,7 @@ def print_suite(console: Console, result: SuiteResult) -> None:
             t.name,
             str(t.tasks),
             str(t.rollouts),
+            _fmt(t.accuracy),
             _fmt(t.reward_mean),
             str(t.failures),
             str(t.truncations),
@@ -100,4 +103,7 @@ def print_decision(console: Console, label: str, decision: GateDecision) -> None
     verdict = "[green]pass[/green]" if decision.passed else f"[red]fail ({decision.failed_stage})[/red]"
     console.print(f"{label}: {verdict}")
     for reason in decision.reasons:
-        console.print(f"  {reason}")
+        console.print(f"  {reason}", markup=False)
+    for v in decision.tasksets:
+        console.print(f"  {v.name}: {v.decision} after {v.tasks_used} of {v.paired_tasks} paired tasks, lost "
+                      f"{v.lost}, gained {v.gained}; power {v.power:.0%} at alpha {v.alpha:.3g}", markup=False)

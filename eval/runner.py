@@ -19,14 +19,17 @@ import json
 import logging
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from eval.decision import TaskPolicy, compare_taskset
 from eval.errors import (
     DataIntegrityError,
     EvalConfigError,
@@ -37,14 +40,23 @@ from eval.errors import (
 )
 from eval.locks import Locks, load_locks
 from eval.plugins import PLUGIN_MODULES
-from eval.records import SuiteResult, TasksetResult
+from eval.records import EpisodeOutcome, SuiteResult, TasksetResult
 from eval.run_config import Endpoint, TasksetLaunch, build_launch
 from eval.snapshots import EvalPaths, check_dataset
 from eval.store import EvalStore, to_jsonable
 from eval.suites import SuiteOverrides, SuiteSpec
-from eval.traces import summarize_traces
+from eval.traces import TraceTail, summarize_episodes, summarize_traces
 
-__all__ = ["DryRunEntry", "dry_run", "is_installed", "new_run_dir", "preflight", "run_suite", "run_taskset"]
+__all__ = [
+    "DryRunEntry",
+    "dry_run",
+    "is_installed",
+    "new_run_dir",
+    "paired_stop_rule",
+    "preflight",
+    "run_suite",
+    "run_taskset",
+]
 
 log = logging.getLogger(__name__)
 _LOG_TAIL_CHARS = 4000
@@ -209,8 +221,16 @@ def new_run_dir(paths: EvalPaths, suite: str) -> Path:
     raise EvalConfigError(f"could not create a fresh run directory under {base}")
 
 
-def run_taskset(launch: TasksetLaunch, run_dir: Path) -> TasksetResult:
+StopRule = Callable[[list[EpisodeOutcome]], str | None]
+
+
+def run_taskset(launch: TasksetLaunch, run_dir: Path, *, stop_when: StopRule | None = None,
+                poll_s: float = 1.0) -> TasksetResult:
     """Run one taskset in its own worker process and summarize its traces.
+
+    `stop_when` sees the episodes finished so far (every `poll_s`); when it returns a reason, the
+    worker is stopped and the result holds what finished: the sequential test (`paired_stop_rule`)
+    ends a candidate's run as soon as its answer is clear.
 
     Raises:
         TasksetRunError: the worker crashed or wrote no traces (ok=false episodes are results).
@@ -226,23 +246,37 @@ def run_taskset(launch: TasksetLaunch, run_dir: Path) -> TasksetResult:
     log_path = work / "worker.log"
     env = {**os.environ, **launch.env}
     started = time.monotonic()
+    stopped: str | None = None
+    tail = TraceTail(launch.traces_path)
     with log_path.open("w") as log_file:
-        process = subprocess.run(
+        process = subprocess.Popen(
             [sys.executable, "-m", "eval.worker", str(config_path)],
             cwd=launch.cwd,
             env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # stopping it early stops its children too
         )
-    tail = log_path.read_text(errors="replace")[-_LOG_TAIL_CHARS:]
-    if process.returncode != 0:
+        try:
+            while process.poll() is None:
+                try:
+                    process.wait(timeout=poll_s)
+                except subprocess.TimeoutExpired:
+                    pass
+                if stop_when is not None and process.poll() is None and (stopped := stop_when(tail.read())):
+                    _stop(process)
+        finally:
+            if process.poll() is None:  # interrupted: never leave a worker behind
+                _stop(process)
+    log_tail = log_path.read_text(errors="replace")[-_LOG_TAIL_CHARS:]
+    if process.returncode != 0 and not stopped:
         raise TasksetRunError(
             f"taskset {launch.spec.name}: the verifiers worker exited {process.returncode} after "
             f"{time.monotonic() - started:.0f} s; log: {log_path}",
-            log_tail=tail,
+            log_tail=log_tail,
         )
     if not launch.traces_path.is_file():
-        raise TasksetRunError(f"taskset {launch.spec.name}: no traces at {launch.traces_path}", log_tail=tail)
+        raise TasksetRunError(f"taskset {launch.spec.name}: no traces at {launch.traces_path}", log_tail=log_tail)
     result = summarize_traces(
         launch.traces_path,
         name=launch.spec.name,
@@ -250,7 +284,7 @@ def run_taskset(launch: TasksetLaunch, run_dir: Path) -> TasksetResult:
         max_tokens=launch.spec.max_tokens,
     )
     log.info(
-        "%s: %d tasks, %d rollouts, reward %s, %d failures, %d truncations, %.1f s",
+        "%s: %d tasks, %d rollouts, reward %s, %d failures, %d truncations, %.1f s%s",
         result.name,
         result.tasks,
         result.rollouts,
@@ -258,11 +292,51 @@ def run_taskset(launch: TasksetLaunch, run_dir: Path) -> TasksetResult:
         result.failures,
         result.truncations,
         time.monotonic() - started,
+        f"; stopped early: {stopped}" if stopped else "",
     )
     return result
 
 
-def _provenance(locks: Locks, endpoint: Endpoint, overrides: SuiteOverrides) -> dict[str, Any]:
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM the worker's process group, then SIGKILL what is left after 30 s."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    except ProcessLookupError:
+        process.wait()
+
+
+def paired_stop_rule(baseline: TasksetResult, policy: TaskPolicy, *, tasksets: int) -> StopRule:
+    """Stop a candidate's run when the sequential test against `baseline` has decided (eval.decision)."""
+
+    def rule(episodes: list[EpisodeOutcome]) -> str | None:
+        if not episodes:
+            return None
+        partial = summarize_episodes(list(episodes), name=baseline.name, taskset_id=baseline.taskset_id,
+                                     max_tokens=baseline.max_tokens, run_dir="")
+        verdict = compare_taskset(baseline, partial, policy, tasksets=tasksets)
+        if verdict.decision in ("rejected", "accepted"):
+            return f"{verdict.decision} after {verdict.tasks_used} paired tasks (lost {verdict.lost}, gained {verdict.gained})"
+        return None
+
+    return rule
+
+
+def _image_digest(image: str) -> str | None:
+    """The digest the local Docker engine resolved `image` to (a floating tag moves; this does not)."""
+    try:
+        probe = subprocess.run(["docker", "image", "inspect", "--format", "{{json .RepoDigests}}", image],
+                               capture_output=True, text=True, timeout=30)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return None
+    digests = json.loads(probe.stdout or "null") if probe.returncode == 0 else None
+    return digests[0] if digests else None
+
+
+def _provenance(suite: SuiteSpec, locks: Locks, endpoint: Endpoint, overrides: SuiteOverrides) -> dict[str, Any]:
     from eval.client import CompletionsClient
 
     versions = {}
@@ -287,6 +361,10 @@ def _provenance(locks: Locks, endpoint: Endpoint, overrides: SuiteOverrides) -> 
         "locks": {"commit": locks.commit, "digests": locks.digests},
         "server_info": server,
         "overrides": overrides.as_dict(),
+        "runtime": {"type": suite.runtime.type, "max_concurrent": suite.max_concurrent}
+        | ({"image": suite.runtime.image, "image_digest": _image_digest(suite.runtime.image),
+            "network": "needed: verifiers installs uv and the harness's dependencies unpinned at setup"}
+           if suite.runtime.type == "docker" else {}),
     }
 
 
@@ -301,8 +379,14 @@ def run_suite(
     locks: Locks | None = None,
     paths: EvalPaths | None = None,
     run_dir: Path | None = None,
+    paired_with: SuiteResult | None = None,
+    policy: TaskPolicy | None = None,
 ) -> SuiteResult:
     """Run every taskset of `suite` (already overridden) and store the per-taskset results.
+
+    With `paired_with` (the baseline's run of the same suite) and a judging `policy`, each taskset
+    stops as soon as the sequential test has decided, and once one taskset is rejected the rest are
+    not run: the candidate has failed the tier either way.
 
     Raises:
         MissingEnvironment, MissingDataset, DataIntegrityError, RuntimeUnavailable: from preflight.
@@ -311,12 +395,20 @@ def run_suite(
     locks = locks or load_locks()
     paths = paths or EvalPaths.default()
     preflight(suite, locks=locks, paths=paths)
-    provenance = _provenance(locks, endpoint, overrides or SuiteOverrides())  # also: is the server up?
+    provenance = _provenance(suite, locks, endpoint, overrides or SuiteOverrides())  # also: is the server up?
     run_dir = run_dir or new_run_dir(paths, suite.name)
+    judging = paired_with is not None and policy is not None and policy.judge
     results = []
     for spec in suite.tasksets:
         launch = build_launch(suite, spec, endpoint, locks=locks, paths=paths, run_dir=run_dir)
-        results.append(run_taskset(launch, run_dir))
+        rule = None
+        if judging:
+            rule = paired_stop_rule(paired_with.taskset(spec.name), policy, tasksets=len(paired_with.tasksets))
+        results.append(run_taskset(launch, run_dir, stop_when=rule))
+        if rule is not None and (verdict := rule(list(results[-1].episodes))) and verdict.startswith("rejected"):
+            provenance["not_run"] = {"tasksets": [t.name for t in suite.tasksets[len(results):]],
+                                     "why": f"{spec.name} was {verdict}"}
+            break
     result = SuiteResult(suite=suite.name, run_dir=str(run_dir), tasksets=tuple(results))
     (run_dir / "summary.json").write_text(
         json.dumps({"provenance": provenance, "result": to_jsonable(result)}, indent=2)

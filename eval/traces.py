@@ -1,8 +1,10 @@
 """Reduce one taskset's verifiers traces.jsonl to a TasksetResult. Pure: reads JSON, imports no verifiers.
 
-Counting rules: an episode with ok=false is an operational failure (the endpoint died, the harness
-crashed, a timeout): it is counted in `failures` and excluded from the reward mean, never scored as
-zero. Reward per episode is verifiers' own `Trace.reward` (sum of score * weight). Truncation is
+Counting rules: an operational failure (the endpoint died, the harness crashed, a deadline expired)
+is counted in `failures` and excluded from the reward mean, never scored as zero. verifiers 0.4.0
+marks an episode ok=false for most of them, but a stage deadline (setup, agent, finalize, scoring)
+leaves the trace ok=true with `is_timeout` and a `<stage>_timeout` stop condition, and a reward of 0:
+those are failures here too, as is any `*_error` stop condition. Reward per episode is verifiers' own `Trace.reward` (sum of score * weight). Truncation is
 verifiers' `Trace.is_truncated` (a framework limit, or a last call that finished on length).
 Output tok/s is the sum of completion tokens over the sum of model-call wall time.
 
@@ -18,7 +20,7 @@ from typing import Any
 
 from eval.records import EpisodeOutcome, TasksetResult
 
-__all__ = ["episode_outcome", "summarize_episodes", "summarize_traces"]
+__all__ = ["TraceTail", "episode_outcome", "summarize_episodes", "summarize_traces"]
 
 _LIMIT_STOPS = {"max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "compaction_failed"}
 
@@ -28,6 +30,16 @@ def _trace_truncated(trace: dict[str, Any]) -> bool:
         return True
     ok_calls = [c for c in trace.get("calls") or [] if c.get("error") is None]
     return bool(ok_calls) and ok_calls[-1].get("finish_reason") == "length"
+
+
+def _trace_failure(trace: dict[str, Any]) -> str | None:
+    """Why a trace is an operational failure although verifiers may have left ok=true, or None."""
+    stop = trace.get("stop_condition") or ""
+    if trace.get("is_timeout") or stop.endswith("_timeout"):
+        return f"timeout: the trace stopped on {stop or 'a stage deadline'}"
+    if stop == "error" or stop.endswith("_error"):
+        return f"error: the trace stopped on {stop}"
+    return None
 
 
 def _first_error(episode: dict[str, Any]) -> str | None:
@@ -43,7 +55,10 @@ def _first_error(episode: dict[str, Any]) -> str | None:
 def episode_outcome(episode: dict[str, Any]) -> EpisodeOutcome:
     """One traces.jsonl line (an Episode) reduced to what the gate needs."""
     traces = episode.get("traces") or []
-    ok = bool(episode.get("ok")) and all(t.get("ok", False) for t in traces)
+    failures = [f for f in (_trace_failure(t) for t in traces) if f]
+    if episode.get("is_timeout"):
+        failures.insert(0, "timeout: the episode's own deadline expired")
+    ok = bool(episode.get("ok")) and all(t.get("ok", False) for t in traces) and not failures
     reward = None
     if ok:
         reward = sum(
@@ -64,6 +79,10 @@ def episode_outcome(episode: dict[str, Any]) -> EpisodeOutcome:
             model_time_s += max(float(span.get("end", 0.0)) - float(span.get("start", 0.0)), 0.0)
     task = episode.get("task") or {}
     data = task.get("data") or {}
+    starts = [float(t["timing"]["start"]) for t in traces if (t.get("timing") or {}).get("start")]
+    error = None
+    if not ok:
+        error = "; ".join(filter(None, [*failures, _first_error(episode)])) or "ok=false without an error record"
     return EpisodeOutcome(
         task_key=str(task.get("key") or task.get("hash")),
         task_idx=data.get("idx"),
@@ -72,7 +91,8 @@ def episode_outcome(episode: dict[str, Any]) -> EpisodeOutcome:
         truncated=any(_trace_truncated(t) for t in traces),
         output_tokens=output_tokens,
         model_time_s=model_time_s,
-        error=None if ok else (_first_error(episode) or "ok=false without an error record"),
+        error=error[:500] if error else None,
+        started_at=min(starts) if starts else None,
     )
 
 
@@ -101,13 +121,36 @@ def summarize_episodes(
     )
 
 
+class TraceTail:
+    """Reads the episodes a running worker has appended to its traces.jsonl so far (whole lines only)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._offset = 0
+        self.episodes: list[EpisodeOutcome] = []
+
+    def read(self) -> list[EpisodeOutcome]:
+        """Every complete episode so far; a line still being written is left for the next read."""
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return self.episodes
+        end = chunk.rfind(b"\n") + 1
+        for line in chunk[:end].decode("utf-8").splitlines():
+            if line.strip():
+                self.episodes.append(episode_outcome(json.loads(line)))
+        self._offset += end
+        return self.episodes
+
+
 def summarize_traces(path: Path, *, name: str, taskset_id: str, max_tokens: int) -> TasksetResult:
-    """Read a traces.jsonl (verifiers writes episodes in completion order) and summarize it."""
-    episodes = [
-        episode_outcome(json.loads(line))
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if line.strip()
-    ]
+    """Read a traces.jsonl (verifiers writes episodes in completion order) and summarize it.
+
+    A last line without its newline (a worker stopped mid-write) is not an episode and is skipped.
+    """
+    episodes = TraceTail(path).read()
     return summarize_episodes(
         episodes, name=name, taskset_id=taskset_id, max_tokens=max_tokens, run_dir=str(path.parent)
     )

@@ -15,7 +15,8 @@ from autoresearch.plan import RunPlan, default_bench_plan, default_probe_config
 from autoresearch.progress import Progress
 from autoresearch.study import open_study
 from autoresearch.trial import TrialRunner
-from eval import EvalStore
+from eval import EvalStore, GatePolicy
+from eval.decision import TaskPolicy
 from search_space import SpaceContext, baseline_params, build_space, read_model_info
 from serving.synthetic.exl3 import QWEN38_27B, write_exl3_checkpoint
 
@@ -28,7 +29,8 @@ def _plan(tmp_path: Path, model, engine: str, **kw) -> RunPlan:
                    storage_url=f"sqlite:///{tmp_path / 'results.db'}", workdir=tmp_path / "runs",
                    results_md=tmp_path / "RESULTS.md", trials=kw.pop("trials", 5),
                    bench_plan=default_bench_plan(engine), probe_config=default_probe_config(engine),
-                   suite_overrides={"limit": 1, "max_tokens": 16}, port=0, **kw)
+                   suite_overrides={"limit": 1, "max_tokens": 16}, port=0,
+                   gate_policy=kw.pop("gate_policy", GatePolicy(tasks=TaskPolicy(judge=False))), **kw)
 
 
 def _runner(plan: RunPlan):

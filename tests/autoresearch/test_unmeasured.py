@@ -87,3 +87,31 @@ def test_a_baseline_that_cannot_be_measured_stops_the_study(tmp_path, monkeypatc
     (trial,) = optuna.load_study(study_name=study_name, storage="sqlite:///results.db").get_trials()
     assert trial.state == optuna.trial.TrialState.FAIL and trial.user_attrs["outcome"] == "unmeasured"
     assert len(short_decodes.bodies) < 40  # it stopped at the first launch's bench: no suite, no second launch
+
+
+def test_an_underpowered_judged_suite_is_refused_before_anything_launches(tmp_path, monkeypatch, capsys, loop_cache):
+    monkeypatch.setenv("AUTORESEARCH_CACHE", str(loop_cache))
+    monkeypatch.chdir(tmp_path)
+    code = main(["--trials", "3", "--suite-limit", "2", "--task-tier", "judge", "--port", "0"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "rg-math: 2 tasks detect a 5% accuracy drop with power 0%" in err and "needs 518 tasks" in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_baseline_whose_answers_all_hit_the_budget_stops_a_judged_study(tmp_path, monkeypatch, capsys, loop_cache):
+    monkeypatch.setenv("AUTORESEARCH_CACHE", str(loop_cache))
+    monkeypatch.chdir(tmp_path)
+    # A claim small enough for 6 tasks (a 50-point drop at 50% power), so the plan is accepted and the
+    # baseline runs; the random model's 16-token answers all hit the budget: it cannot be the yardstick.
+    code = main(["--trials", "3", "--suite-limit", "6", "--suite-max-tokens", "16", "--port", "0",
+                 "--task-tier", "judge", "--task-min-drop", "0.5", "--task-discordance", "0.6",
+                 "--task-power", "0.5", "--task-alpha", "0.4"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "the baseline's task suite cannot be the reference" in err and "hit the 16-token budget" in err
+    text = (tmp_path / "RESULTS.md").read_text()
+    assert "**The study stopped: the baseline's task suite cannot be the reference" in text
+    (study_name,) = optuna.get_all_study_names("sqlite:///results.db")
+    (trial,) = optuna.load_study(study_name=study_name, storage="sqlite:///results.db").get_trials()
+    assert trial.user_attrs["outcome"] == "baseline_tasks_invalid"

@@ -56,7 +56,7 @@ def test_fidelity_sends_the_key_and_fails_clearly_without_it(keyed_server, tmp_p
 
 def test_a_suite_run_authenticates_and_writes_no_secret(keyed_server, tmp_path):
     suite = apply_overrides(
-        get_suite("offline"), SuiteOverrides(limit=1, max_tokens=4, tasksets=("mmath-math500",))
+        get_suite("offline"), SuiteOverrides(limit=1, max_tokens=4, tasksets=("rg-math",))
     )
     result = run_suite(
         suite, Endpoint(base_url=keyed_server.url, model="tiny", api_key=KEY), paths=EvalPaths(tmp_path)

@@ -7,15 +7,18 @@ body, which pins what goes on the wire: greedy sampling, thinking on, streaming 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from eval.decision import TaskPolicy, compare_taskset
 from eval.locks import load_locks
 from eval.run_config import Endpoint, build_launch
-from eval.runner import run_taskset
+from eval.runner import paired_stop_rule, run_taskset
 from eval.snapshots import EvalPaths
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
 from tests.eval.test_tasksets import load_offline_tasks
@@ -26,8 +29,9 @@ pytestmark = pytest.mark.slow
 class ScriptedChatServer:
     """Answers each user prompt with a scripted reply; records request bodies."""
 
-    def __init__(self, replies: dict[str, str]):
+    def __init__(self, replies: dict[str, str], delay_s: float = 0.0):
         self.replies = replies
+        self.delay_s = delay_s
         self.bodies: list[dict] = []
         outer = self
 
@@ -37,6 +41,7 @@ class ScriptedChatServer:
                 outer.bodies.append(body)
                 prompt = body["messages"][-1]["content"]
                 reply = outer.replies.get(prompt, "I do not know.")
+                time.sleep(outer.delay_s)
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
@@ -76,7 +81,8 @@ def _run(name: str, replies: dict[str, str], tmp_path, limit: int):
     server = ScriptedChatServer(replies)
     try:
         suite = apply_overrides(
-            get_suite("offline"), SuiteOverrides(limit=limit, max_tokens=64, tasksets=(name,))
+            get_suite("offline-math" if name.startswith("mmath") else "offline"),
+            SuiteOverrides(limit=limit, max_tokens=64, tasksets=(name,)),
         )
         launch = build_launch(
             suite,
@@ -115,3 +121,31 @@ def test_correct_logic_answers_score_one(tmp_path):
     result, bodies = _run("rg-logic", replies, tmp_path, limit=3)
     assert (result.rollouts, result.failures, result.reward_mean) == (3, 0, 1.0)
     assert bodies[0]["messages"][0]["role"] == "system" and "<answer>" in bodies[0]["messages"][0]["content"]
+
+
+def test_a_candidate_run_stops_as_soon_as_the_sequential_test_decides(tmp_path):
+    # A real verifiers worker, paired with a baseline that answered every task; the candidate (scripted,
+    # 0.3 s a reply, 8 at a time) answers none: the test rejects it after a handful of tasks, and the
+    # worker is stopped long before the 96 tasks would have finished.
+    tasks = load_offline_tasks({"id": "eval-logic", "generators": ["chain_sum"], "size_per_generator": 96}, limit=96)
+    suite = apply_overrides(get_suite("offline"), SuiteOverrides(limit=96, max_tokens=64, tasksets=("rg-math",)))
+    spec = dataclasses.replace(suite.tasksets[0], knobs=(("generators", ["chain_sum"]), ("size_per_generator", 96)))
+    suite = dataclasses.replace(suite, tasksets=(spec,))
+
+    def run(replies, tag, stop_when=None):
+        server = ScriptedChatServer(replies, delay_s=0.3)
+        try:
+            launch = build_launch(suite, spec, Endpoint(base_url=server.url, model="scripted"), locks=load_locks(),
+                                  paths=EvalPaths(tmp_path), run_dir=tmp_path / tag)
+            started = time.monotonic()
+            return run_taskset(launch, tmp_path / tag, stop_when=stop_when), time.monotonic() - started
+        finally:
+            server.close()
+
+    baseline, full_s = run({t.data.prompt: f"<answer>{t.data.answer}</answer>" for t in tasks}, "base")
+    assert (baseline.rollouts, baseline.accuracy) == (96, 1.0)
+    policy = TaskPolicy()
+    candidate, stopped_s = run({}, "cand", stop_when=paired_stop_rule(baseline, policy, tasksets=1))
+    assert candidate.rollouts < 60 and stopped_s < full_s
+    verdict = compare_taskset(baseline, candidate, policy)
+    assert verdict.decision == "rejected" and verdict.lost == verdict.tasks_used == policy.design(1).losses_to_reject

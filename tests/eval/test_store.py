@@ -161,7 +161,7 @@ def test_measurements_and_suite_results_round_trip(db_url):
 
 def test_a_decision_is_stored_with_its_policy_and_evidence(db_url):
     store = EvalStore(db_url)
-    policy = GatePolicy(fidelity=FidelityPolicy(noise_factor=4.0), tasks=TaskPolicy(margin=2))
+    policy = GatePolicy(fidelity=FidelityPolicy(noise_factor=4.0), tasks=TaskPolicy(min_drop=0.1))
     fidelity = decide_fidelity(_metrics(1.0), _metrics(0.0), policy.fidelity)
     result = TasksetResult(
         name="t",
@@ -194,7 +194,7 @@ def test_a_decision_is_stored_with_its_policy_and_evidence(db_url):
     )
     [row] = store.decision_rows("m1")
     assert row["id"] == decision_id and row["passed"] is False and row["failed_stage"] == "fidelity"
-    assert row["policy"]["fidelity"]["noise_factor"] == 4.0 and row["policy"]["tasks"]["margin"] == 2
+    assert row["policy"]["fidelity"]["noise_factor"] == 4.0 and row["policy"]["tasks"]["min_drop"] == 0.1
     assert row["evidence"]["fidelity"]["checks"][0]["name"] == "kl_mean"
     assert row["evidence"]["tasksets"][0]["lost"] == 0
     assert row["reasons"] and "kl_mean" in row["reasons"][0]

@@ -65,3 +65,34 @@ def test_a_taskset_summary_counts_failures_apart_and_never_averages_them_in(tmp_
     assert result.reward_mean == pytest.approx(0.5)  # (0 + 1) / 2 ok episodes
     assert result.output_tokens == 48
     assert result.output_tok_per_s == pytest.approx(48 / result.model_time_s)
+
+
+@pytest.mark.parametrize("stage", ["setup", "agent", "finalize", "scoring"])
+def test_a_stage_deadline_is_an_operational_failure_although_verifiers_says_ok(episode, stage):
+    # verifiers 0.4.0 leaves ok=true and reward 0 on a trace whose stage deadline expired
+    trace = episode["traces"][0]
+    trace.update(is_timeout=True, stop_condition=f"{stage}_timeout", rewards={"correct": {"score": 0.0}})
+    outcome = episode_outcome(episode)
+    assert (outcome.ok, outcome.reward) == (False, None)
+    assert f"{stage}_timeout" in outcome.error
+
+
+def test_an_episode_deadline_and_an_error_stop_are_operational_failures(episode):
+    timed_out = copy.deepcopy(episode)
+    timed_out["is_timeout"] = True
+    assert not episode_outcome(timed_out).ok and "deadline" in episode_outcome(timed_out).error
+    errored = copy.deepcopy(episode)
+    errored["traces"][0]["stop_condition"] = "sandbox_error"
+    assert not episode_outcome(errored).ok
+
+
+def test_the_start_of_the_first_trace_is_the_dispatch_order(episode):
+    assert episode_outcome(episode).started_at == episode["traces"][0]["timing"]["start"]
+
+
+def test_a_line_still_being_written_is_not_an_episode(tmp_path, episode):
+    path = tmp_path / "traces.jsonl"
+    whole = json.dumps(episode)
+    path.write_text(whole + "\n" + whole[:100])
+    result = summarize_traces(path, name="t", taskset_id="t", max_tokens=24)
+    assert result.rollouts == 1

@@ -80,10 +80,12 @@ def _plot(study: optuna.Study, baseline, path: Path) -> bool:
 
 
 def _stopped(trials: list[optuna.trial.FrozenTrial], baseline) -> list[str]:
-    """Why the study stopped, when its baseline could not be measured (and none was since)."""
+    """Why the study stopped, when its baseline could not be measured or its task suite cannot be the
+    reference (and no baseline completed since)."""
     if baseline is not None:
         return []
-    failed = [t for t in trials if t.user_attrs.get("role") == "baseline" and t.user_attrs.get("outcome") == "unmeasured"]
+    failed = [t for t in trials if t.user_attrs.get("role") == "baseline"
+              and t.user_attrs.get("outcome") in ("unmeasured", "baseline_tasks_invalid")]
     if not failed:
         return []
     reasons = "; ".join(failed[-1].user_attrs.get("reasons", []))

@@ -1,6 +1,7 @@
 """GPU machine, real model: decode per prompt kind and draft acceptance for each drafting setting.
 
     source .device-kit/setup.sh && python .ci/gpu/drafting_table.py /tmp/real-model/exl3-4.0 [CONTEXT ...]
+    DRAFTER=/tmp/real-model/exl3-2.5 adds the autoregressive draft model; ONLY=a,b runs those settings only.
 
 Writes $OUT/drafting.json (one row per setting, context and kind) and bench-<setting>.json records.
 """
@@ -29,8 +30,13 @@ SETTINGS = {
 def main() -> int:
     model, contexts = Path(sys.argv[1]), sys.argv[2:] or ["1024", "8192"]
     OUT.mkdir(parents=True, exist_ok=True)
+    settings = dict(SETTINGS)
+    if drafter := os.environ.get("DRAFTER"):  # a smaller copy of the model (BITS=2.5) as an autoregressive drafter
+        settings["draft-model-4"] = {"draft_mode": "draft_model", "draft_model_dir": drafter, "num_draft_tokens": 4}
+    if only := os.environ.get("ONLY"):
+        settings = {k: v for k, v in settings.items() if k in only.split(",")}
     rows = []
-    for name, args in SETTINGS.items():
+    for name, args in settings.items():
         spec = LaunchSpec(model_dir=model, config=ServingConfig.from_dict({"engine": "exllamav3", "args": args}),
                           port=free_port(), log_path=Path(f"/tmp/drafting/{name}.log"))
         path = OUT / f"bench-{name}.json"
@@ -46,7 +52,9 @@ def main() -> int:
         for p in result["decode"]:
             rows.append({"setting": name, "context": p["context_tokens"], "kind": p["kind"],
                          "decode_tok_per_s_client": (p["decode_tok_per_s_client"] or {}).get("median"),
-                         "spec_acceptance": p["spec_acceptance"], "valid_runs": p["valid_runs"],
+                         "spec_acceptance": p.get("spec_acceptance"),
+                         "spec_drafted_tokens": p.get("spec_drafted_tokens"),
+                         "spec_accepted_tokens": p.get("spec_accepted_tokens"), "valid_runs": p["valid_runs"],
                          "invalid_reasons": p["invalid_reasons"]})
         (OUT / "drafting.json").write_text(json.dumps(rows, indent=1))
     for r in rows:

@@ -29,6 +29,7 @@ import httpx
 from autoresearch.plan import default_probe_config
 from eval import EvalStore, GatePolicy, build_probe_set, capture_reference, gate_candidate, measure_fidelity
 from eval.decision import baseline_problems
+from eval.records import SuiteResult
 from eval.run_config import Endpoint
 from eval.runner import run_suite
 from eval.snapshots import EvalPaths
@@ -45,8 +46,11 @@ CANDIDATES = {
 }
 
 
+COMMON: dict = {}  # what every launch shares (--cache-tokens), baseline and candidates alike
+
+
 def _serve(model: Path, name: str, args: dict, engine: str = "exllamav3"):
-    config = ServingConfig.from_dict({"engine": engine, "args": args})
+    config = ServingConfig.from_dict({"engine": engine, "args": {**COMMON, **args}})
     return launch(LaunchSpec(model_dir=model, config=config, port=free_port(), log_path=STATE / f"{name}.log"))
 
 
@@ -73,9 +77,13 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=1024)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--only", action="append", default=[], help="candidates to run (default: all)")
+    parser.add_argument("--taskset", action="append", default=[], help="baseline: only these tasksets this call")
     parser.add_argument("--limit", type=int, help="tasks per taskset (a rehearsal on the CPU)")
     parser.add_argument("--engine", default="exllamav3", help="transformers: a CPU rehearsal of the plumbing")
+    parser.add_argument("--cache-tokens", type=int, help="every server's cache, so many requests fit at once")
     args = parser.parse_args()
+    if args.cache_tokens:
+        COMMON["cache_tokens"] = args.cache_tokens
     STATE.mkdir(parents=True, exist_ok=True)
     store = EvalStore(f"sqlite:///{STATE / 'task-tier.db'}")
     report_path = STATE / "task-tier.json"
@@ -86,24 +94,42 @@ def main() -> int:
     policy = GatePolicy()
     manifest = "real-0.5b-exl3-4.0"
     if args.stage == "baseline":
+        # One taskset per call if need be (--taskset): a device call is at most 10 minutes. The parts
+        # are joined into one stored suite run once every taskset of the suite has its baseline.
         started = time.monotonic()
+        parts = report.setdefault("baseline_parts", {})
         with _serve(args.model, "baseline", {}, args.engine) as server:
-            reference = capture_reference(server.url, build_probe_set(default_probe_config(args.engine)),
-                                          store=store, model_manifest_hash=manifest, label="baseline", replace=True)
-            floor = measure_fidelity(server.url, reference, store=store, role="noise_floor", label="baseline#same")
-            t0 = time.monotonic()
-            base = run_suite(suite, Endpoint(base_url=server.url, model=_model(server)), store=store,
-                             label="baseline", model_manifest_hash=manifest, overrides=overrides, paths=paths,
-                             run_dir=STATE / "runs" / "baseline")
-            suite_s = time.monotonic() - t0
-        problems = [p for t in base.tasksets for p in baseline_problems(t, policy.tasks, len(base.tasksets))]
-        report["baseline"] = {"suite_run_id": base.suite_run_id, "reference_id": reference.reference_id,
-                              "floor_measurement_id": floor.measurement_id, "suite_s": round(suite_s, 1),
-                              "total_s": round(time.monotonic() - started, 1), "tasksets": _summary(base),
-                              "problems": problems, "max_tokens": args.max_tokens, "concurrency": args.concurrency}
+            if "reference_id" not in report:
+                probes = build_probe_set(default_probe_config(args.engine))
+                reference = capture_reference(server.url, probes, store=store, model_manifest_hash=manifest,
+                                              label="baseline", replace=True)
+                floor = measure_fidelity(server.url, reference, store=store, role="noise_floor", label="baseline#same")
+                report.update(reference_id=reference.reference_id, floor_measurement_id=floor.measurement_id)
+            for spec in suite.tasksets:
+                if spec.name in parts or (args.taskset and spec.name not in args.taskset):
+                    continue
+                one = dataclasses.replace(overrides, tasksets=(spec.name,))
+                t0 = time.monotonic()
+                run = run_suite(apply_overrides(suite, SuiteOverrides(tasksets=(spec.name,))),
+                                Endpoint(base_url=server.url, model=_model(server)), store=store,
+                                label=f"baseline:{spec.name}", model_manifest_hash=manifest, overrides=one,
+                                paths=paths, run_dir=STATE / "runs" / f"baseline-{spec.name}")
+                parts[spec.name] = {"suite_run_id": run.suite_run_id, "suite_s": round(time.monotonic() - t0, 1)}
+                report_path.write_text(json.dumps(report, indent=1, default=str))
+        if all(spec.name in parts for spec in suite.tasksets):
+            tasksets = tuple(store.load_suite_result(parts[spec.name]["suite_run_id"]).taskset(spec.name)
+                             for spec in suite.tasksets)
+            base = SuiteResult(suite=suite.name, run_dir=str(STATE / "runs"), tasksets=tasksets)
+            run_id = store.save_suite_result(base, label="baseline", base_url="", plan=dataclasses.asdict(suite),
+                                             provenance={"joined_from": parts}, model_manifest_hash=manifest)
+            problems = [p for t in tasksets for p in baseline_problems(t, policy.tasks, len(tasksets))]
+            report["baseline"] = {"suite_run_id": run_id, "floor_measurement_id": report["floor_measurement_id"],
+                                  "tasksets": _summary(base), "problems": problems, "max_tokens": args.max_tokens,
+                                  "concurrency": args.concurrency}
+        report["baseline_call_s"] = round(time.monotonic() - started, 1)
         report_path.write_text(json.dumps(report, indent=1, default=str))
         _save(report)
-        print(json.dumps(report["baseline"], indent=1, default=str))
+        print(json.dumps({k: v for k, v in report.items() if k.startswith("baseline")}, indent=1, default=str))
         return 0
 
     base = store.load_suite_result(report["baseline"]["suite_run_id"])

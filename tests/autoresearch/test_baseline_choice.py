@@ -85,11 +85,15 @@ def test_the_gate_policy_is_part_of_what_a_study_measures(tmp_path, q27):
     from autoresearch.__main__ import _gate_policy, build_parser
 
     args = build_parser().parse_args(["--min-floor-top1-disagreement", "0.01"])
-    policy = _gate_policy(args)
+    policy = _gate_policy(args, judge=True)
     assert policy.fidelity.min_floor_top1_disagreement == 0.01 and policy.fidelity.min_floor_kl_mean == 1e-4
+    tasks = _gate_policy(build_parser().parse_args(["--task-min-drop", "0.08", "--task-tier", "smoke"]), judge=True)
+    assert (tasks.tasks.min_drop, tasks.tasks.judge) == (0.08, False)  # the flag decides over the default
     plan = _plan(tmp_path, q27)
     open_study(plan, _space(plan))
     with pytest.raises(StudyError):
         open_study(dataclasses.replace(plan, gate_policy=policy), _space(plan))
     with pytest.raises(PlanError, match="min_floor_top1_disagreement must be >= 0"):
-        _gate_policy(build_parser().parse_args(["--min-floor-top1-disagreement", "-1"]))
+        _gate_policy(build_parser().parse_args(["--min-floor-top1-disagreement", "-1"]), judge=True)
+    with pytest.raises(PlanError, match="min_drop"):
+        _gate_policy(build_parser().parse_args(["--task-min-drop", "0.5"]), judge=True)  # above the planned flips

@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("command", nargs="?", default="run", choices=["run", "export", "report"])
     parser.add_argument("--model", help="model folder, or a Hub id with revision (org/repo@rev); "
                         "absent: the embedded tiny synthetic model on the CPU engine")
+    parser.add_argument("--draft-model", help="a draft checkpoint of the same vocabulary (a small causal LM, or a "
+                        "DFlash drafter; exllamav3 decides which): the study may then draft with it")
     parser.add_argument("--suite", help="task suite: offline, smoke, broad, quick, full, or none (gate on fidelity "
                         "only) (default: offline for the embedded default, broad with --model)")
     parser.add_argument("--enqueue", action="append", default=[], metavar="KNOB=VALUE[,KNOB=VALUE]",
@@ -143,7 +145,13 @@ def make_plan(args: argparse.Namespace):
     gate_policy = _gate_policy(args, judge=not model.is_embedded)
     if suite != "none" and args.command == "run":
         _check_task_power(suite, overrides, gate_policy.tasks)
+    draft_model = None
+    if args.draft_model:
+        if engine != "exllamav3":
+            raise PlanError("--draft-model applies to the exllamav3 engine only")
+        draft_model = resolve_model(args.draft_model, locks_dir=Path("locks"), cache_dir=cache_dir)
     return RunPlan(
+        draft_model=draft_model,
         gate_policy=gate_policy,
         model=model, engine=engine, suite=suite,
         study_name=args.study or study_name_for(suite, engine, model.manifest_hash),

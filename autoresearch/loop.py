@@ -53,7 +53,9 @@ def run(plan: RunPlan) -> int:
     stopped = reap_orphan_servers(plan.study_dir / "servers")
     if stopped:
         log.warning("stopped %d server(s) left running by a killed loop", stopped)
-    space = build_space(SpaceContext(engine=plan.engine, model=read_model_info(plan.model.path)), pinned=plan.pinned)
+    draft = read_model_info(plan.draft_model.path) if plan.draft_model is not None else None
+    space = build_space(SpaceContext(engine=plan.engine, model=read_model_info(plan.model.path), draft_model=draft),
+                        pinned=plan.pinned)
     study = open_study(plan, space)
     log.info("study %s in %s: %d trials so far; search space of %s configurations", plan.study_name,
              plan.storage_url, len(study.trials), space.size())

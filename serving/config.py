@@ -96,6 +96,10 @@ class Exl3Args:
             if value is not None:
                 _positive(self, name)
                 _multiple_of_page(self, name)
+        self._check_drafting()
+
+    def _check_drafting(self) -> None:
+        """Each drafting field applies only with the modes exllamav3 reads it in."""
         if (self.draft_mode in DRAFT_CHECKPOINT_MODES) != (self.draft_model_dir is not None):
             raise ConfigError(f"draft_model_dir is required with draft_mode {self.draft_mode!r} and allowed only "
                               f"with 'dflash' or 'draft_model' (got draft_mode {self.draft_mode!r}, "
@@ -284,6 +288,21 @@ def _build_args(engine: str, data: Any) -> Any:
     return cls(**values)
 
 
+def _check_union(key: str, value: Any, options: tuple) -> Any:
+    """The first option of `X | Y | None` that the value satisfies, or every option's complaint."""
+    if value is None and type(None) in options:
+        return None
+    errors = []
+    for option in options:
+        if option is type(None):
+            continue
+        try:
+            return _check_type(key, value, option)
+        except ConfigError as exc:
+            errors.append(str(exc))
+    raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: " + "; ".join(errors))
+
+
 def _check_type(key: str, value: Any, hint: Any) -> Any:
     """Strict JSON type check: no bool for int, no float for int, no str for numbers."""
     origin = typing.get_origin(hint)
@@ -293,18 +312,7 @@ def _check_type(key: str, value: Any, hint: Any) -> Any:
             raise ConfigError(f"{key} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
         return value
     if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(hint)
-        if value is None and type(None) in options:
-            return None
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _check_type(key, value, option)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: " + "; ".join(errors))
+        return _check_union(key, value, typing.get_args(hint))
     if hint is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{key} must be true or false; got {value!r}")

@@ -10,10 +10,13 @@ Usage (the autoresearch loop):
     floor = noise_floor(first_launch.samples(), second_launch.samples())
     verdicts = compare(baseline.samples(), result.samples(), noise_floor=floor)
 
+The client (bench.client: Client, AsyncClient, Endpoint) is the project's one client for
+OpenAI-compatible servers; eval, autoresearch and serving's overhead check use it too.
+
 CLI: python -m bench --url URL [--prefill 1024,8192,32768] [--decode 1024,8192] [--json OUT]
 """
 
-from bench.client import Endpoint
+from bench.client import AsyncClient, Client, Endpoint
 from bench.corpus import KINDS, PromptKind
 from bench.errors import (
     BenchConfigError,
@@ -23,6 +26,7 @@ from bench.errors import (
     ProtocolError,
     ServerRejected,
     ServerUnreachable,
+    StreamError,
 )
 from bench.ladder import mark_stalls, run_bench, validate_run
 from bench.plan import BenchPlan
@@ -50,10 +54,12 @@ from bench.stats import (
 
 __all__ = [
     "KINDS",
+    "AsyncClient",
     "BenchConfigError",
     "BenchError",
     "BenchPlan",
     "BenchResult",
+    "Client",
     "Comparison",
     "CorpusError",
     "DecodePoint",
@@ -71,6 +77,7 @@ __all__ = [
     "ServerProfile",
     "ServerRejected",
     "ServerUnreachable",
+    "StreamError",
     "Summary",
     "compare",
     "compare_one",

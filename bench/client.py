@@ -1,56 +1,80 @@
-"""One streamed OpenAI request over httpx, timed on the client, turned into a RequestResult.
+"""The project's one client for OpenAI-compatible servers, and its one `Endpoint` type.
 
-bench talks to any OpenAI-compatible server (this project's, TabbyAPI, vLLM, llama.cpp,
-`transformers serve`): the request is plain OpenAI plus two optional fields that the profile says
-the server accepts (`ignore_eos`, `stream_options.include_usage`). Usage extensions are read where
-present: `prompt_tokens_details.cached_tokens`, `timings.{queue_s,prefill_s,decode_s}` and
+Why here: bench depends on no other package of this project, and eval, autoresearch and serving's
+overhead check may all import bench (the data flow of DEVELOPERS.md; bench never imports them), so
+the client living in bench keeps the package graph acyclic. It talks to any OpenAI-compatible server
+(this project's, TabbyAPI, vLLM, llama.cpp, `transformers serve`): nothing server-specific is
+required. Requests are plain OpenAI plus the optional fields a caller chooses; usage extensions are
+read where present: `prompt_tokens_details.cached_tokens`, `timings.{queue_s,prefill_s,decode_s}` and
 `speculative.{accepted_tokens,rejected_tokens}` (this project's server), or llama.cpp's top-level
-`timings.{prompt_ms,predicted_ms,cache_n}`.
+`timings.{prompt_ms,predicted_ms,cache_n}`. `/v1/server_info` and `/health` are optional: a server
+without them answers None and False. Streams are read by `bench.sse.SSEDecoder`, the one SSE parser.
 
 Usage:
-    endpoint = Endpoint.from_key_file("http://127.0.0.1:18020", Path("key.txt"))
+    endpoint = Endpoint.from_key_file("http://127.0.0.1:18020/v1", Path("key.txt"))  # url: the root
     with Client(endpoint, timeout_s=600) as client:
-        models = client.get_json("/v1/models")
-        result = client.stream(spec, body)       # never raises for a failed request
+        model = client.served_model()            # endpoint.model, else the first /v1/models lists
+        info = client.server_info()              # None where the server has no /v1/server_info
+        answer = client.post_json("/v1/completions", body)
+        result = client.stream(spec, body, "/v1/chat/completions")   # timed; never raises
+        with client.open_stream("/v1/chat/completions", body) as stream:
+            for event in stream: ...             # SSEEvent(received_at, chunk); stream.done at [DONE]
+    async with AsyncClient(endpoint, timeout_s=600) as client:   # the same stream, for asyncio callers
+        async with client.open_stream("/v1/chat/completions", body) as stream:
+            async for event in stream: ...
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.errors import BenchConfigError, ProtocolError, ServerRejected, ServerUnreachable
+from bench.errors import BenchConfigError, ProtocolError, ServerRejected, ServerUnreachable, StreamError
 from bench.records import Api, RequestResult, RequestSpec
+from bench.sse import SSEDecoder, SSEEvent
 
-__all__ = ["Client", "Endpoint", "build_body", "parse_usage"]
+__all__ = ["AsyncClient", "Client", "Endpoint", "EventStream", "build_body", "parse_usage"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Endpoint:
-    """Where the server is. The key is never shown in repr, logs or results."""
+    """Where the server is: its root URL (given with or without /v1), a model, and a key kept out of repr.
+
+    The key is never shown in repr, logs or results; do not pass an Endpoint to `dataclasses.asdict`
+    for anything that is written.
+    """
 
     url: str
-    api_key: str | None = field(default=None, repr=False)
     model: str | None = None  # None: the first model /v1/models lists
+    api_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
-            raise BenchConfigError(f"--url must start with http:// or https://, got {self.url!r}")
-        base = self.url.rstrip("/")
-        base = base.removesuffix("/v1")
-        object.__setattr__(self, "url", base)
+            raise BenchConfigError(f"the server URL must start with http:// or https://, got {self.url!r}")
+        object.__setattr__(self, "url", self.url.rstrip("/").removesuffix("/v1"))
+
+    @property
+    def v1_url(self) -> str:
+        """The OpenAI base URL (root + /v1), as OpenAI SDK-style clients want it."""
+        return self.url + "/v1"
 
     @classmethod
     def from_key_file(cls, url: str, key_file: Path | None, model: str | None = None) -> Endpoint:
-        """Read the API key from a file (first line, stripped)."""
+        """Read the API key from a file (first line, stripped).
+
+        Raises:
+            BenchConfigError: the file cannot be read or is empty.
+        """
         if key_file is None:
             return cls(url=url, model=model)
         try:
@@ -153,17 +177,66 @@ def _error_message(response: httpx.Response) -> str:
     return json.dumps(body)[:500]
 
 
-class Client:
-    """An httpx client bound to one endpoint; set-up calls raise, measured calls return data."""
+def _rejected(method: str, path: str, response: httpx.Response) -> ServerRejected:
+    hint = " (check --api-key-file)" if response.status_code in (401, 403) else ""
+    detail = _error_message(response)
+    return ServerRejected(
+        f"{method} {path} answered HTTP {response.status_code}{hint}: {detail}",
+        status=response.status_code,
+        detail=detail,
+    )
 
-    def __init__(self, endpoint: Endpoint, *, timeout_s: float):
-        headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+
+def _unreachable(method: str, url: str, exc: httpx.TransportError) -> ServerUnreachable:
+    return ServerUnreachable(f"{method} {url}: {type(exc).__name__}: {exc}")
+
+
+def _http_options(endpoint: Endpoint, timeout_s: float, connect_timeout_s: float) -> dict[str, Any]:
+    """The one httpx set-up of both clients: the root as base URL and the key as a Bearer header."""
+    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    return {
+        "base_url": endpoint.url,
+        "headers": headers,
+        "timeout": httpx.Timeout(timeout_s, connect=connect_timeout_s),
+    }
+
+
+class EventStream:
+    """The events of one open stream: iterate it (sync or async, as its client); `done` after [DONE]."""
+
+    def __init__(self, response: httpx.Response):
+        self._response = response
+        self._decoder = SSEDecoder()
+
+    @property
+    def done(self) -> bool:
+        return self._decoder.done
+
+    def __iter__(self) -> Iterator[SSEEvent]:
+        for line in self._response.iter_lines():
+            if event := self._decoder.feed(line, time.perf_counter()):
+                yield event
+            if self._decoder.done:
+                return
+        if event := self._decoder.close():
+            yield event
+
+    async def __aiter__(self) -> AsyncIterator[SSEEvent]:
+        async for line in self._response.aiter_lines():
+            if event := self._decoder.feed(line, time.perf_counter()):
+                yield event
+            if self._decoder.done:
+                return
+        if event := self._decoder.close():
+            yield event
+
+
+class Client:
+    """An httpx client bound to one endpoint; set-up calls raise, measured calls (`stream`) return data."""
+
+    def __init__(self, endpoint: Endpoint, *, timeout_s: float, connect_timeout_s: float = 10.0):
         self.endpoint = endpoint
-        self._http = httpx.Client(
-            base_url=endpoint.url,
-            headers=headers,
-            timeout=httpx.Timeout(timeout_s, connect=10.0),
-        )
+        self._http = httpx.Client(**_http_options(endpoint, timeout_s, connect_timeout_s))
 
     def __enter__(self) -> Client:
         return self
@@ -183,13 +256,13 @@ class Client:
         try:
             response = self._http.get(path)
         except httpx.TransportError as exc:
-            raise ServerUnreachable(f"GET {self.endpoint.url}{path}: {type(exc).__name__}: {exc}") from exc
+            raise _unreachable("GET", self.endpoint.url + path, exc) from exc
         if missing_ok and response.status_code in (404, 405):
             return None
         return self._json_or_raise("GET", path, response)
 
     def post_json(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST and return the JSON answer (non-streaming set-up requests).
+        """POST and return the JSON answer (a non-streaming request).
 
         Raises:
             ServerUnreachable, ServerRejected, ProtocolError.
@@ -197,16 +270,51 @@ class Client:
         try:
             response = self._http.post(path, json=body)
         except httpx.TransportError as exc:
-            raise ServerUnreachable(f"POST {self.endpoint.url}{path}: {type(exc).__name__}: {exc}") from exc
+            raise _unreachable("POST", self.endpoint.url + path, exc) from exc
         return self._json_or_raise("POST", path, response)
+
+    def models(self) -> list[dict[str, Any]]:
+        """The entries of /v1/models (each has an "id").
+
+        Raises:
+            ServerUnreachable, ServerRejected, ProtocolError: also when it lists no model.
+        """
+        models = self.get_json("/v1/models") or {}
+        data = models.get("data")
+        if not isinstance(data, list) or not data or not all(isinstance(m, dict) and "id" in m for m in data):
+            raise ProtocolError(f"GET /v1/models listed no models: {models!r:.200}")
+        return data
+
+    def served_model(self) -> str:
+        """The endpoint's model where it names one, else the first model /v1/models lists.
+
+        Raises:
+            ServerUnreachable, ServerRejected, ProtocolError.
+        """
+        return self.endpoint.model or str(self.models()[0]["id"])
+
+    def server_info(self) -> dict[str, Any] | None:
+        """/v1/server_info (this project's server: engine, versions, config, memory); None where absent.
+
+        Raises:
+            ServerUnreachable, ServerRejected, ProtocolError.
+        """
+        return self.get_json("/v1/server_info", missing_ok=True)
+
+    def health(self) -> bool:
+        """Whether GET /health answers 200 (a server without /health answers False).
+
+        Raises:
+            ServerUnreachable.
+        """
+        try:
+            return self._http.get("/health").status_code == 200
+        except httpx.TransportError as exc:
+            raise _unreachable("GET", self.endpoint.url + "/health", exc) from exc
 
     def _json_or_raise(self, method: str, path: str, response: httpx.Response) -> dict[str, Any]:
         if response.status_code >= 400:
-            hint = " (check --api-key-file)" if response.status_code in (401, 403) else ""
-            raise ServerRejected(
-                f"{method} {path} answered HTTP {response.status_code}{hint}: {_error_message(response)}",
-                status=response.status_code,
-            )
+            raise _rejected(method, path, response)
         try:
             data = response.json()
         except ValueError as exc:
@@ -215,67 +323,117 @@ class Client:
             raise ProtocolError(f"{method} {path} answered {type(data).__name__}, expected a JSON object")
         return data
 
-    def stream(self, spec: RequestSpec, body: dict[str, Any], path: str) -> RequestResult:
-        """Send one streaming request and time it; failures come back as ok=False results."""
-        started_unix = time.time()
-        t0 = time.perf_counter()
-        fields: dict[str, Any] = {}
-        token_times: list[float] = []
-        finish_at: float | None = None
-        finish_reason: str | None = None
+    @contextlib.contextmanager
+    def open_stream(self, path: str, body: dict[str, Any]) -> Iterator[EventStream]:
+        """POST a streaming request and give its events; the response closes when the block ends.
+
+        Raises:
+            ServerUnreachable: no answer, or the connection broke mid-stream.
+            ServerRejected: an answer other than 200 (its body has been read).
+            StreamError: while iterating, an error event or an event that is not a JSON object.
+        """
         try:
             with self._http.stream("POST", path, json=body) as response:
                 if response.status_code != 200:
                     response.read()
-                    return RequestResult(
-                        spec=spec,
-                        ok=False,
-                        error=f"HTTP {response.status_code}: {_error_message(response)}",
-                        http_status=response.status_code,
-                        started_at_unix_s=started_unix,
-                        latency_s=time.perf_counter() - t0,
-                    )
-                for line in response.iter_lines():
-                    now = time.perf_counter() - t0
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == "[DONE]":
-                        break
-                    chunk = json.loads(payload)
-                    if isinstance(chunk, dict) and chunk.get("error"):
-                        raise _StreamFailed(str(chunk["error"]))
-                    text, finish = _chunk_text(chunk)
-                    fields.update(parse_usage(chunk))
-                    if text:
-                        token_times.append(now)
-                    if finish and finish_at is None:
-                        finish_at, finish_reason = now, finish
-        except (httpx.TransportError, _StreamFailed, json.JSONDecodeError) as exc:
-            kind = "transport" if isinstance(exc, httpx.TransportError) else "stream"
-            return RequestResult(
-                spec=spec,
-                ok=False,
-                error=f"{kind}: {type(exc).__name__}: {exc}",
-                http_status=200 if kind == "stream" else None,
-                started_at_unix_s=started_unix,
-                latency_s=time.perf_counter() - t0,
-            )
-        latency = time.perf_counter() - t0
+                    raise _rejected("POST", path, response)
+                yield EventStream(response)
+        except httpx.TransportError as exc:
+            raise _unreachable("POST", self.endpoint.url + path, exc) from exc
+
+    def stream(self, spec: RequestSpec, body: dict[str, Any], path: str) -> RequestResult:
+        """Send one streaming request and time it; failures come back as ok=False results."""
+        timeline = _Timeline(spec)
+        try:
+            with self.open_stream(path, body) as events:
+                for event in events:
+                    timeline.add(event)
+        except ServerRejected as exc:
+            return timeline.failed(f"HTTP {exc.status}: {exc.detail}", http_status=exc.status)
+        except ServerUnreachable as exc:
+            cause = exc.__cause__
+            return timeline.failed(f"transport: {type(cause).__name__}: {cause}", http_status=None)
+        except StreamError as exc:
+            return timeline.failed(f"stream: {exc}", http_status=200)
+        return timeline.result()
+
+
+class AsyncClient:
+    """The asyncio twin of `Client` for streaming (eval's verifiers harness runs in an event loop)."""
+
+    def __init__(self, endpoint: Endpoint, *, timeout_s: float, connect_timeout_s: float = 10.0):
+        self.endpoint = endpoint
+        self._http = httpx.AsyncClient(**_http_options(endpoint, timeout_s, connect_timeout_s))
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    @contextlib.asynccontextmanager
+    async def open_stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[EventStream]:
+        """As `Client.open_stream`; iterate the stream with `async for`.
+
+        Raises:
+            ServerUnreachable, ServerRejected, StreamError: as `Client.open_stream`.
+        """
+        try:
+            async with self._http.stream("POST", path, json=body) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    raise _rejected("POST", path, response)
+                yield EventStream(response)
+        except httpx.TransportError as exc:
+            raise _unreachable("POST", self.endpoint.url + path, exc) from exc
+
+
+class _Timeline:
+    """What the client saw of one stream, timed from the moment it was created (just before sending)."""
+
+    def __init__(self, spec: RequestSpec):
+        self.spec = spec
+        self.started_unix = time.time()
+        self.t0 = time.perf_counter()
+        self.fields: dict[str, Any] = {}
+        self.token_times: list[float] = []
+        self.finish_at: float | None = None
+        self.finish_reason: str | None = None
+
+    def add(self, event: SSEEvent) -> None:
+        now = event.received_at - self.t0
+        text, finish = _chunk_text(event.chunk)
+        self.fields.update(parse_usage(event.chunk))
+        if text:
+            self.token_times.append(now)
+        if finish and self.finish_at is None:
+            self.finish_at, self.finish_reason = now, finish
+
+    def failed(self, error: str, *, http_status: int | None) -> RequestResult:
         return RequestResult(
-            spec=spec,
-            ok=True,
-            http_status=200,
-            started_at_unix_s=started_unix,
-            latency_s=latency,
-            ttft_s=token_times[0] if token_times else None,
-            finish_s=finish_at,
-            itl_s=tuple(round(b - a, 6) for a, b in zip(token_times, token_times[1:], strict=False)),
-            text_chunks=len(token_times),
-            finish_reason=finish_reason,
-            **fields,
+            spec=self.spec,
+            ok=False,
+            error=error,
+            http_status=http_status,
+            started_at_unix_s=self.started_unix,
+            latency_s=time.perf_counter() - self.t0,
         )
 
-
-class _StreamFailed(Exception):
-    """The server reported an error inside an already-started stream."""
+    def result(self) -> RequestResult:
+        times = self.token_times
+        return RequestResult(
+            spec=self.spec,
+            ok=True,
+            http_status=200,
+            started_at_unix_s=self.started_unix,
+            latency_s=time.perf_counter() - self.t0,
+            ttft_s=times[0] if times else None,
+            finish_s=self.finish_at,
+            itl_s=tuple(round(b - a, 6) for a, b in zip(times, times[1:], strict=False)),
+            text_chunks=len(times),
+            finish_reason=self.finish_reason,
+            **self.fields,
+        )

@@ -4,7 +4,8 @@
     ├── BenchConfigError     a plan or CLI value is invalid (also a ValueError)
     ├── CorpusError          the bundled prompt corpus is missing or does not match its pins
     ├── ServerUnreachable    no HTTP answer from the server at all (refused, timed out, reset)
-    ├── ServerRejected       the server refused the set-up requests (auth, unknown model, 4xx)
+    ├── ServerRejected       the server answered a request with an error status (auth, unknown model, 4xx)
+    ├── StreamError          a started stream broke: an error event, or an event that is not a JSON object
     ├── ProtocolError        the server answered, but not in the OpenAI shape bench needs
     └── MissingMetric        a comparison asked for a metric one side (or the noise floor) lacks
 
@@ -22,6 +23,7 @@ __all__ = [
     "ProtocolError",
     "ServerRejected",
     "ServerUnreachable",
+    "StreamError",
 ]
 
 
@@ -42,11 +44,16 @@ class ServerUnreachable(BenchError):
 
 
 class ServerRejected(BenchError):
-    """The server answered a set-up request with an error status; `.status` and the body say why."""
+    """The server answered with an error status; `.status` and `.detail` (the server's message) say why."""
 
-    def __init__(self, message: str, *, status: int):
+    def __init__(self, message: str, *, status: int, detail: str = ""):
         super().__init__(message)
         self.status = status
+        self.detail = detail
+
+
+class StreamError(BenchError):
+    """A stream the server had started broke: it sent an error event, or an event that is not JSON."""
 
 
 class ProtocolError(BenchError):

@@ -144,10 +144,9 @@ class _Session:
     # ---- set-up: model, capabilities, token scale, global warm-up ----
 
     def set_up(self) -> None:
-        models = self.client.get_json("/v1/models") or {}
-        entry = self._pick_model(models)
+        entry = self._pick_model(self.client.models())
         self._model = entry["id"]
-        info = self.client.get_json("/v1/server_info", missing_ok=True)
+        info = self.client.server_info()
         small = self._negotiate()
         large = self._send_probe(self._probe_chars(), max_tokens=1)
         if not large.ok or large.prompt_tokens is None:
@@ -214,10 +213,7 @@ class _Session:
             log.info("the server caches the first %d tokens of every prompt (its chat template's opening); "
                      "a run with more than %d cached tokens is a cache hit", opening, limit)
 
-    def _pick_model(self, models: dict[str, Any]) -> dict[str, Any]:
-        data = models.get("data")
-        if not isinstance(data, list) or not data or not all(isinstance(m, dict) and "id" in m for m in data):
-            raise ProtocolError(f"GET /v1/models listed no models: {models!r:.200}")
+    def _pick_model(self, data: list[dict[str, Any]]) -> dict[str, Any]:
         wanted = self.client.endpoint.model
         if wanted is None:
             return data[0]

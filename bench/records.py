@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -30,11 +31,26 @@ __all__ = [
     "RequestResult",
     "RequestSpec",
     "ServerProfile",
+    "decode_tok_per_s",
     "plan_digest",
 ]
 
 Api = Literal["chat", "completions"]
 Purpose = Literal["probe", "warmup", "measure"]
+
+
+def decode_tok_per_s(tokens: int | None, itl_s: Sequence[float]) -> float | None:
+    """The project's one decode rate: tokens after the first two over the span from the second to the last.
+
+    `itl_s` are the gaps between successive arrivals (text chunks, or tokens). The span starts at the
+    second arrival because the first may be template text sent before prefill ends; exact when each
+    arrival is one token, and when the first is template text it counts one token too few (-0.4 % at
+    256 tokens), never too many. None: fewer than three tokens, or no time between them.
+    """
+    span_s = sum(itl_s[1:])
+    if tokens is None or tokens < 3 or span_s <= 0:
+        return None
+    return (tokens - 2) / span_s
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -166,14 +182,8 @@ class RequestResult:
 
     @property
     def decode_tok_per_s_client(self) -> float | None:
-        """Tokens after the first two over the span from the second text chunk to the last.
-
-        Exact when each chunk carries one token; when the first chunk is template text it counts
-        one token too few (-0.4 % at 256 tokens), never too many.
-        """
-        if self.completion_tokens is None or self.completion_tokens < 3 or self.decode_span_s <= 0:
-            return None
-        return (self.completion_tokens - 2) / self.decode_span_s
+        """Completion tokens after the first two over the second-to-last text chunk span (`decode_tok_per_s`)."""
+        return decode_tok_per_s(self.completion_tokens, self.itl_s)
 
     @property
     def decode_tok_per_s_server(self) -> float | None:

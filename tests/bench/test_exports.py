@@ -17,6 +17,7 @@ MODULES = [
     "prompts",
     "records",
     "report",
+    "sse",
     "stats",
     "telemetry",
 ]

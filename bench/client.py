@@ -188,7 +188,7 @@ def _rejected(method: str, path: str, response: httpx.Response) -> ServerRejecte
 
 
 def _unreachable(method: str, url: str, exc: httpx.TransportError) -> ServerUnreachable:
-    return ServerUnreachable(f"{method} {url}: {type(exc).__name__}: {exc}")
+    return ServerUnreachable(f"{method} {url} failed: {type(exc).__name__}: {exc}")
 
 
 def _http_options(endpoint: Endpoint, timeout_s: float, connect_timeout_s: float) -> dict[str, Any]:

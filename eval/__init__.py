@@ -9,7 +9,7 @@ server; importing this package does not import verifiers):
     floor = measure_fidelity(url2, reference, store=store, role="noise_floor", label="baseline#2")
     cand = measure_fidelity(url3, reference, store=store, role="candidate", label=digest)
     verdict = decide_fidelity(cand.metrics, floor.metrics, FidelityPolicy())
-    suite = run_suite(get_suite("offline"), Endpoint(base_url=url3, model=m), store=store, label=digest)
+    suite = run_suite(get_suite("offline"), Endpoint(url=url3, model=m), store=store, label=digest)
     tasksets = [compare_taskset(b, c, TaskPolicy(), tasksets=len(base.tasksets)) for b, c in zip(base.tasksets, suite.tasksets)]
     decision = decide(fidelity=verdict, tasksets=tasksets)
 

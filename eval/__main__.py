@@ -266,8 +266,9 @@ def cmd_data(args) -> int:
 
 
 def cmd_run(args) -> int:
+    from bench.client import Endpoint
+    from bench.errors import BenchConfigError
     from eval import report
-    from eval.run_config import Endpoint
     from eval.runner import dry_run, new_run_dir, run_suite
     from eval.suites import SuiteOverrides, apply_overrides, get_suite
 
@@ -295,13 +296,10 @@ def cmd_run(args) -> int:
                 )
         print(f"suite: {suite.name} configuration valid; resolved configs in {output}")
         return 0
-    from eval.client import CompletionsClient
-
-    api_key = _read_key(args.api_key_file)
-    model = args.model
-    if model is None:
-        with CompletionsClient(args.url, api_key=api_key) as client:
-            model = client.model
+    try:
+        endpoint = Endpoint(url=args.url, model=args.model, api_key=_read_key(args.api_key_file))
+    except BenchConfigError as exc:
+        raise EvalConfigError(f"--url: {exc}") from exc
     store = None
     if args.db:
         from eval.store import EvalStore
@@ -314,7 +312,7 @@ def cmd_run(args) -> int:
         paired_with = store.load_suite_result(args.paired_with)
     result = run_suite(
         suite,
-        Endpoint(base_url=args.url, model=model, api_key=api_key),
+        endpoint,  # without --model: the one the server lists first
         store=store,
         label=args.label,
         model_manifest_hash=args.manifest_hash,

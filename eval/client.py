@@ -13,13 +13,14 @@ Usage:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-import httpx
-
+from bench.client import Client, Endpoint
+from bench.errors import BenchConfigError, BenchError, ServerRejected
 from eval.errors import EndpointError, ProbeMismatch
 from eval.records import ProbeScores, TopK
 
@@ -27,6 +28,15 @@ __all__ = ["CompletionsClient"]
 
 log = logging.getLogger(__name__)
 _TOKEN_ID = re.compile(r"^token_id:(\d+)$")
+
+
+@contextlib.contextmanager
+def _endpoint_errors() -> Iterator[None]:
+    """bench's client errors, as the EndpointError fidelity's callers handle (with the HTTP status)."""
+    try:
+        yield
+    except BenchError as exc:
+        raise EndpointError(str(exc), status_code=exc.status if isinstance(exc, ServerRejected) else None) from exc
 
 
 def _token_id(token: str) -> int:
@@ -40,14 +50,19 @@ def _token_id(token: str) -> int:
 
 
 class CompletionsClient:
-    """One server under test. Greedy, concurrency 1: fidelity needs a fixed batch shape."""
+    """One server under test. Greedy, concurrency 1: fidelity needs a fixed batch shape.
+
+    The transport is bench's client (the project's one client for OpenAI-compatible servers); its
+    errors become EndpointError here.
+    """
 
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 900.0):
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.base_url = base_url.rstrip("/").removesuffix("/v1")  # the server root; paths add /v1
-        self._http = httpx.Client(
-            base_url=self.base_url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=10.0)
-        )
+        try:
+            endpoint = Endpoint(url=base_url, api_key=api_key)
+        except BenchConfigError as exc:
+            raise EndpointError(str(exc)) from exc
+        self.base_url = endpoint.url  # the server root; paths add /v1
+        self._client = Client(endpoint, timeout_s=timeout_s)
         self._model: str | None = None
 
     def __enter__(self) -> CompletionsClient:
@@ -57,47 +72,25 @@ class CompletionsClient:
         self.close()
 
     def close(self) -> None:
-        self._http.close()
-
-    def _request(self, method: str, path: str, body: dict | None = None) -> dict[str, Any]:
-        try:
-            response = self._http.request(method, path, json=body)
-        except httpx.HTTPError as exc:
-            raise EndpointError(f"{method} {self.base_url}{path} failed: {exc}") from exc
-        if response.status_code != 200:
-            raise EndpointError(
-                f"{method} {self.base_url}{path} answered {response.status_code}: {response.text[:500]}",
-                status_code=response.status_code,
-            )
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise EndpointError(
-                f"{method} {self.base_url}{path} answered non-JSON: {response.text[:200]}"
-            ) from exc
+        self._client.close()
 
     @property
     def model(self) -> str:
         """The one served model's id, from /v1/models."""
         if self._model is None:
-            data = self._request("GET", "/v1/models").get("data") or []
-            if not data:
-                raise EndpointError(f"{self.base_url}/v1/models lists no model")
-            self._model = str(data[0]["id"])
+            with _endpoint_errors():
+                self._model = self._client.served_model()
         return self._model
 
     def server_info(self) -> dict[str, Any] | None:
         """The server's /v1/server_info (engine, versions, config digest), or None for a peer without it."""
-        try:
-            return self._request("GET", "/v1/server_info")
-        except EndpointError as exc:
-            if exc.status_code == 404:
-                return None
-            raise
+        with _endpoint_errors():
+            return self._client.server_info()
 
     def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
         payload = {"model": self.model, "temperature": 0.0, "top_p": 1.0, **body}
-        result = self._request("POST", "/v1/completions", payload)
+        with _endpoint_errors():
+            result = self._client.post_json("/v1/completions", payload)
         choices = result.get("choices") or []
         if len(choices) != 1:
             raise EndpointError(f"/v1/completions returned {len(choices)} choices, expected 1")

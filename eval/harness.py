@@ -8,16 +8,20 @@ stock harness does) to the verifiers interception endpoint with the rollout's se
 Model, sampling and max_tokens are forced by the interception server, and every call is recorded in
 the trace there, exactly as for `null` (verifiers' Harness contract allows an in-process loop).
 
+The request goes through bench's AsyncClient (the project's one client and SSE reader) with the
+same wire behaviour: a streamed request with `stream_options.include_usage` and the Bearer secret;
+a usage chunk and [DONE] are required; a failed connection is verifiers' model transport error.
+
 Usage: --env.agent.harness.id eval-chat (after eval.plugins.register_plugins())
 """
 
 from __future__ import annotations
 
-import json
-
-import httpx
 import verifiers.v1 as vf
 from verifiers.v1.errors import MODEL_TRANSPORT_ERROR_EXIT_CODE
+
+from bench.client import AsyncClient, Endpoint
+from bench.errors import ServerRejected, ServerUnreachable, StreamError
 
 __all__ = ["InProcessChatHarness"]
 
@@ -42,39 +46,32 @@ class InProcessChatHarness(vf.Harness[InProcessChatConfig]):
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        # verifiers hands the interception URL with /v1 (rollout.py: base_url + "/v1"); Endpoint keeps
+        # the root and the client adds /v1, so the request goes to the same {endpoint}/chat/completions.
+        interception = Endpoint(url=endpoint, api_key=secret)  # the rollout's secret, sent as Bearer
         content: list[str] = []
         saw_usage = saw_done = False
         try:
-            async with httpx.AsyncClient(
-                timeout=httpx.Timeout(self.config.request_timeout_s, connect=30)
-            ) as http:
-                async with http.stream(
-                    "POST",
-                    f"{endpoint.rstrip('/')}/chat/completions",
-                    json=body,
-                    headers={"Authorization": f"Bearer {secret}"},
-                ) as response:
-                    if response.status_code != 200:
-                        text = (await response.aread()).decode(errors="replace")
-                        return vf.ProgramResult(
-                            1, "", f"chat/completions answered {response.status_code}: {text[:2000]}"
-                        )
-                    async for line in response.aiter_lines():
-                        if not line.startswith("data:"):
-                            continue
-                        payload = line[5:].strip()
-                        if payload == "[DONE]":
-                            saw_done = True
-                            break
-                        chunk = json.loads(payload)
-                        if chunk.get("usage"):
-                            saw_usage = True
-                        for choice in chunk.get("choices") or []:
-                            delta = choice.get("delta") or {}
-                            if delta.get("content"):
-                                content.append(delta["content"])
-        except httpx.HTTPError as exc:
+            async with AsyncClient(
+                interception, timeout_s=self.config.request_timeout_s, connect_timeout_s=30
+            ) as client:
+                async with client.open_stream("/v1/chat/completions", body) as stream:
+                    async for event in stream:
+                        saw_usage = saw_usage or bool(event.chunk.get("usage"))
+                        content.extend(_content(event.chunk))
+                    saw_done = stream.done
+        except ServerUnreachable as exc:
             return vf.ProgramResult(MODEL_TRANSPORT_ERROR_EXIT_CODE, "", f"model call failed: {exc!r}")
+        except ServerRejected as exc:
+            return vf.ProgramResult(1, "", f"chat/completions answered {exc.status}: {exc.detail[:2000]}")
+        except StreamError as exc:
+            return vf.ProgramResult(1, "", f"the chat stream failed: {exc}")
         if not (saw_done and saw_usage):
             return vf.ProgramResult(1, "", "the chat stream ended without a usage chunk and [DONE]")
         return vf.ProgramResult(0, "".join(content), "")
+
+
+def _content(chunk: dict) -> list[str]:
+    """The answer text of one chunk (delta.content only, as the stock harness keeps it)."""
+    deltas = (choice.get("delta") or {} for choice in chunk.get("choices") or [])
+    return [d["content"] for d in deltas if d.get("content")]

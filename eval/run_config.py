@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.client import Endpoint  # the project's one Endpoint: its repr never shows the key
+from eval.errors import EvalConfigError
 from eval.locks import Locks
 from eval.snapshots import EvalPaths, snapshot_dir
 from eval.suites import SuiteSpec, TasksetSpec
@@ -27,20 +29,6 @@ from eval.suites import SuiteSpec, TasksetSpec
 __all__ = ["API_KEY_VAR", "Endpoint", "TasksetLaunch", "build_launch", "nest_knobs"]
 
 API_KEY_VAR = "EVAL_API_KEY"  # the worker's variable for the server key; never written to a config
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Endpoint:
-    """The server under test. `api_key` stays in memory and the worker's environment only."""
-
-    base_url: str  # the server root, e.g. http://127.0.0.1:18020 (with or without /v1)
-    model: str
-    api_key: str | None = None
-
-    @property
-    def v1_url(self) -> str:
-        root = self.base_url.rstrip("/")
-        return root if root.endswith("/v1") else root + "/v1"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -129,7 +117,15 @@ def build_launch(
     paths: EvalPaths,
     run_dir: Path,
 ) -> TasksetLaunch:
-    """Everything one worker needs to run `spec` offline against `endpoint`."""
+    """Everything one worker needs to run `spec` offline against `endpoint`.
+
+    The key stays in memory and the worker's environment only, never in the written config.
+
+    Raises:
+        EvalConfigError: `endpoint` names no model (run_suite resolves it from /v1/models first).
+    """
+    if endpoint.model is None:
+        raise EvalConfigError(f"the endpoint {endpoint.url} names no model; a taskset runs against one model")
     knobs = dict(spec.knobs)
     work = run_dir / spec.name
     cwd = work

@@ -6,7 +6,7 @@ everything missing and the command that fixes it. `dry_run` validates each tasks
 with verifiers' own schema without a model or a server.
 
 Usage:
-    result = run_suite(get_suite("offline"), Endpoint(base_url=url, model=model), store=store,
+    result = run_suite(get_suite("offline"), Endpoint(url=url), store=store,   # model: the served one
                        label=config_digest)
 """
 
@@ -173,7 +173,7 @@ def dry_run(
     from eval.plugins import register_plugins
 
     register_plugins()
-    endpoint = Endpoint(base_url="http://127.0.0.1:1", model=model)
+    endpoint = Endpoint(url="http://127.0.0.1:1", model=model)
     entries = []
     for spec in suite.tasksets:
         if spec.dataset is not None and spec.dataset not in locks.datasets:
@@ -336,9 +336,22 @@ def _image_digest(image: str) -> str | None:
     return digests[0] if digests else None
 
 
-def _provenance(suite: SuiteSpec, locks: Locks, endpoint: Endpoint, overrides: SuiteOverrides) -> dict[str, Any]:
+def _server_facts(endpoint: Endpoint) -> tuple[Endpoint, dict[str, Any] | None]:
+    """The endpoint with its model named (the one /v1/models lists first, where not given), and its
+    /v1/server_info (None for a peer without it); this is also the check that the server is up.
+
+    Raises:
+        EndpointError: no answer, an error status, or no model listed.
+    """
     from eval.client import CompletionsClient
 
+    with CompletionsClient(endpoint.url, api_key=endpoint.api_key) as client:
+        model = endpoint.model or client.model
+        return dataclasses.replace(endpoint, model=model), client.server_info()
+
+
+def _provenance(suite: SuiteSpec, locks: Locks, server: dict[str, Any] | None,
+                overrides: SuiteOverrides) -> dict[str, Any]:
     versions = {}
     for dist in (
         "verifiers",
@@ -353,8 +366,6 @@ def _provenance(suite: SuiteSpec, locks: Locks, endpoint: Endpoint, overrides: S
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             versions[dist] = None
-    with CompletionsClient(endpoint.base_url, api_key=endpoint.api_key) as client:
-        server = client.server_info()
     return {
         "versions": versions,
         "python": platform.python_version(),
@@ -384,6 +395,8 @@ def run_suite(
 ) -> SuiteResult:
     """Run every taskset of `suite` (already overridden) and store the per-taskset results.
 
+    An `endpoint` without a model runs against the one its /v1/models lists first.
+
     With `paired_with` (the baseline's run of the same suite) and a judging `policy`, each taskset
     stops as soon as the sequential test has decided, and once one taskset is rejected the rest are
     not run: the candidate has failed the tier either way.
@@ -395,7 +408,8 @@ def run_suite(
     locks = locks or load_locks()
     paths = paths or EvalPaths.default()
     preflight(suite, locks=locks, paths=paths)
-    provenance = _provenance(suite, locks, endpoint, overrides or SuiteOverrides())  # also: is the server up?
+    endpoint, server_info = _server_facts(endpoint)  # also: is the server up?
+    provenance = _provenance(suite, locks, server_info, overrides or SuiteOverrides())
     run_dir = run_dir or new_run_dir(paths, suite.name)
     judging = paired_with is not None and policy is not None and policy.judge
     results = []
@@ -417,7 +431,7 @@ def run_suite(
         suite_run_id = store.save_suite_result(
             result,
             label=label,
-            base_url=endpoint.base_url,
+            base_url=endpoint.url,
             plan=dataclasses.asdict(suite),
             provenance=provenance,
             model_manifest_hash=model_manifest_hash,

@@ -59,7 +59,7 @@ def test_a_suite_run_authenticates_and_writes_no_secret(keyed_server, tmp_path):
         get_suite("offline"), SuiteOverrides(limit=1, max_tokens=4, tasksets=("rg-math",))
     )
     result = run_suite(
-        suite, Endpoint(base_url=keyed_server.url, model="tiny", api_key=KEY), paths=EvalPaths(tmp_path)
+        suite, Endpoint(url=keyed_server.url, model="tiny", api_key=KEY), paths=EvalPaths(tmp_path)
     )
     [t] = result.tasksets
     assert (t.rollouts, t.failures) == (1, 0), t.episodes

@@ -35,7 +35,7 @@ def baseline(tiny_server, workspace):
     store = EvalStore(workspace["db"])
     result = run_suite(
         apply_overrides(get_suite("offline"), overrides),
-        Endpoint(base_url=tiny_server.url, model=model),
+        Endpoint(url=tiny_server.url, model=model),
         store=store,
         label="baseline",
         model_manifest_hash="tiny",
@@ -121,7 +121,7 @@ def test_the_cli_runs_the_same_tasks_and_the_gate_pairs_them(baseline, tiny_serv
 def test_a_dead_server_is_refused_before_any_task_runs(tmp_path):
     suite = apply_overrides(get_suite("offline"), SuiteOverrides(limit=1, max_tokens=8))
     with pytest.raises(EndpointError, match="127.0.0.1:9"):
-        run_suite(suite, Endpoint(base_url="http://127.0.0.1:9", model="tiny"), paths=EvalPaths(tmp_path))
+        run_suite(suite, Endpoint(url="http://127.0.0.1:9", model="tiny"), paths=EvalPaths(tmp_path))
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
@@ -133,7 +133,7 @@ def test_episodes_against_a_dead_endpoint_are_operational_failures_not_zero_scor
     launch = build_launch(
         suite,
         suite.tasksets[0],
-        Endpoint(base_url="http://127.0.0.1:9", model="tiny"),
+        Endpoint(url="http://127.0.0.1:9", model="tiny"),
         locks=load_locks(),
         paths=EvalPaths(tmp_path),
         run_dir=tmp_path / "run",
@@ -152,6 +152,6 @@ def test_the_stock_null_harness_also_runs_the_offline_suite(tiny_server, tmp_pat
         SuiteOverrides(limit=1, max_tokens=8, harness="null", tasksets=("rg-math",)),
     )
     model = httpx.get(tiny_server.url + "/v1/models").json()["data"][0]["id"]
-    result = run_suite(suite, Endpoint(base_url=tiny_server.url, model=model), paths=EvalPaths(tmp_path))
+    result = run_suite(suite, Endpoint(url=tiny_server.url, model=model), paths=EvalPaths(tmp_path))
     [t] = result.tasksets
     assert (t.rollouts, t.failures) == (1, 0) and t.output_tokens > 0

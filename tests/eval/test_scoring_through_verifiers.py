@@ -87,7 +87,7 @@ def _run(name: str, replies: dict[str, str], tmp_path, limit: int):
         launch = build_launch(
             suite,
             suite.tasksets[0],
-            Endpoint(base_url=server.url, model="scripted"),
+            Endpoint(url=server.url, model="scripted"),
             locks=load_locks(),
             paths=EvalPaths(tmp_path),
             run_dir=tmp_path / "run",
@@ -135,7 +135,7 @@ def test_a_candidate_run_stops_as_soon_as_the_sequential_test_decides(tmp_path):
     def run(replies, tag, stop_when=None):
         server = ScriptedChatServer(replies, delay_s=0.3)
         try:
-            launch = build_launch(suite, spec, Endpoint(base_url=server.url, model="scripted"), locks=load_locks(),
+            launch = build_launch(suite, spec, Endpoint(url=server.url, model="scripted"), locks=load_locks(),
                                   paths=EvalPaths(tmp_path), run_dir=tmp_path / tag)
             started = time.monotonic()
             return run_taskset(launch, tmp_path / tag, stop_when=stop_when), time.monotonic() - started

@@ -126,7 +126,10 @@ def _measure_parser() -> argparse.ArgumentParser:
         help="server-specific request fields as JSON, e.g. '{\"ban_eos_token\": true}' for TabbyAPI",
     )
     p.add_argument("--salt", help="prompt salt (default: random); prompts are unique per salt")
-    p.add_argument("--gpu-index", type=int, default=0, help="NVML index of the server's GPU")
+    p.add_argument("--gpu-index", type=int, default=0,
+                   help="the server's GPU as a CUDA ordinal under this process's CUDA_VISIBLE_DEVICES "
+                        "(0: its first entry; NVML device 0 when it is unset): run bench with the server's "
+                        "CUDA_VISIBLE_DEVICES")
     p.add_argument("--no-gpu", action="store_true", help="no NVML telemetry (remote server)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per request")
     p.add_argument("--json", type=Path, help="write the full result records here")

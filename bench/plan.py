@@ -61,7 +61,9 @@ class BenchPlan:
     max_cached_tokens: int | None = None
     api: Api = "chat"
     request_timeout_s: float = 900.0
-    gpu_index: int | None = 0  # NVML index of the server's GPU; None: no telemetry
+    # the server's GPU as a CUDA ordinal under this process's CUDA_VISIBLE_DEVICES (gpu.device's rule;
+    # 0: its first entry, or NVML device 0 when unset); None: no telemetry
+    gpu_index: int | None = 0
     salt: str = field(default_factory=_salt)  # makes this run's prompts unique; recorded
     # server-specific request fields, e.g. {"ban_eos_token": true} for TabbyAPI; never bench's own
     extra_body: dict[str, Any] = field(default_factory=dict)

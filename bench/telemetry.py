@@ -1,8 +1,11 @@
-"""GPU state during each measured request, read through NVML (nvidia-ml-py).
+"""GPU state during each measured request, read through NVML by the gpu package.
 
 Clock locking and power caps are off limits on a shared GPU, so instead every request records the
 clocks, power, temperature and throttle reasons seen while it ran, and a throttled run can be told
-apart later. Without NVML or without that GPU, `GpuMonitor.open` returns None: not an error.
+apart later. Without NVML or without a visible GPU, `GpuMonitor.open` returns None: not an error.
+Which GPU is gpu.device's rule, as for every other reader: CUDA ordinal `index` under this process's
+CUDA_VISIBLE_DEVICES (0: its first entry, or NVML device 0 when it is unset), so run bench with the
+server's CUDA_VISIBLE_DEVICES.
 
 Usage:
     monitor = GpuMonitor.open(index=0)        # None on a machine without an NVIDIA GPU
@@ -17,10 +20,10 @@ import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
 
+from bench.errors import BenchConfigError
 from bench.records import GpuIdentity, GpuWindow
+from gpu import DeviceSelectionError, Gpu, GpuInfo, GpuReadError, GpuSample, open_gpu
 
 __all__ = ["GpuMonitor", "GpuSample", "decode_throttle_reasons", "summarize_window"]
 
@@ -40,18 +43,6 @@ _REASONS = {
 }
 # reasons that say nothing about lost speed while a request runs
 _BENIGN = {"gpu_idle", "applications_clocks_setting", "display_clock_setting"}
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class GpuSample:
-    sm_clock_mhz: int
-    mem_clock_mhz: int
-    power_w: float | None
-    temperature_c: int
-    utilization_pct: int | None
-    memory_used_bytes: int
-    throttle_mask: int
-    compute_processes: int | None = None  # processes holding a compute context: >1 means sharing
 
 
 def decode_throttle_reasons(mask: int) -> tuple[str, ...]:
@@ -97,45 +88,39 @@ class _Window:
 
 
 class GpuMonitor:
-    """One NVML device handle; `window()` samples it while a request runs."""
+    """One open GPU; `window()` samples it while a request runs."""
 
-    def __init__(self, nvml: Any, handle: Any, identity: GpuIdentity, period_s: float):
-        self._nvml = nvml
-        self._handle = handle
+    def __init__(self, gpu: Gpu, identity: GpuIdentity, period_s: float):
+        self._gpu = gpu
         self.identity = identity
         self._period_s = period_s
 
     @classmethod
     def open(cls, index: int | None, *, period_s: float = 0.1) -> GpuMonitor | None:
-        """The monitor for GPU `index`, or None when NVML, a driver or that GPU is absent."""
+        """The monitor for CUDA ordinal `index`, or None when NVML, a driver or a visible GPU is absent.
+
+        Raises:
+            BenchConfigError: CUDA_VISIBLE_DEVICES or `index` names no GPU of this machine.
+        """
         if index is None:
             return None
         try:
-            import pynvml
-        except ImportError:
-            log.info("nvidia-ml-py is not installed: no GPU telemetry")
+            gpu = open_gpu(ordinal=index)
+        except DeviceSelectionError as exc:
+            raise BenchConfigError(f"GPU telemetry: {exc}; or pass --no-gpu") from exc
+        if gpu is None:
+            log.info("no GPU telemetry: no NVML, driver or visible GPU")
             return None
         try:
-            pynvml.nvmlInit()
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            identity = _identity(pynvml, handle, index)
-        except pynvml.NVMLError as exc:
-            log.info("no GPU telemetry (NVML: %s)", exc)
+            identity = _identity(gpu.info())
+        except GpuReadError as exc:
+            gpu.close()
+            log.info("no GPU telemetry (%s)", exc)
             return None
-        return cls(pynvml, handle, identity, period_s)
+        return cls(gpu, identity, period_s)
 
     def sample(self) -> GpuSample:
-        nv, h = self._nvml, self._handle
-        return GpuSample(
-            sm_clock_mhz=nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
-            mem_clock_mhz=nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
-            power_w=_optional(lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000, nv),
-            temperature_c=nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
-            utilization_pct=_optional(lambda: nv.nvmlDeviceGetUtilizationRates(h).gpu, nv),
-            memory_used_bytes=nv.nvmlDeviceGetMemoryInfo(h).used,
-            throttle_mask=_optional(lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(h), nv) or 0,
-            compute_processes=_optional(lambda: len(nv.nvmlDeviceGetComputeRunningProcesses(h)), nv),
-        )
+        return self._gpu.sample()
 
     @contextmanager
     def window(self) -> Iterator[_Window]:
@@ -163,37 +148,23 @@ class GpuMonitor:
     def _sample_into(self, samples: list[GpuSample]) -> bool:
         try:
             samples.append(self.sample())
-        except self._nvml.NVMLError as exc:  # a lost GPU must not kill the measurement thread
+        except GpuReadError as exc:  # a lost GPU must not kill the measurement thread
             log.warning("NVML sample failed: %s", exc)
             return False
         return True
 
     def close(self) -> None:
-        try:
-            self._nvml.nvmlShutdown()
-        except self._nvml.NVMLError as exc:
-            log.debug("nvmlShutdown: %s", exc)
+        self._gpu.close()
 
 
-def _optional(read: Any, nv: Any) -> Any:
-    """A reading some boards do not support (power on some SKUs): None instead of an error."""
-    try:
-        return read()
-    except nv.NVMLError_NotSupported:
-        return None
-
-
-def _identity(nv: Any, h: Any, index: int) -> GpuIdentity:
-    def text(v: Any) -> str:
-        return v.decode() if isinstance(v, bytes) else str(v)
-
+def _identity(info: GpuInfo) -> GpuIdentity:
     return GpuIdentity(
-        index=index,
-        name=text(nv.nvmlDeviceGetName(h)),
-        uuid=text(nv.nvmlDeviceGetUUID(h)),
-        driver_version=text(nv.nvmlSystemGetDriverVersion()),
-        memory_total_bytes=nv.nvmlDeviceGetMemoryInfo(h).total,
-        power_limit_w=_optional(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000, nv),
-        max_sm_clock_mhz=_optional(lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM), nv),
-        max_mem_clock_mhz=_optional(lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM), nv),
+        index=info.nvml_index,
+        name=info.name,
+        uuid=info.uuid,
+        driver_version=info.driver_version,
+        memory_total_bytes=info.memory_total_bytes,
+        power_limit_w=info.power_limit_w,
+        max_sm_clock_mhz=info.max_sm_clock_mhz,
+        max_mem_clock_mhz=info.max_mem_clock_mhz,
     )

@@ -13,9 +13,9 @@ Usage:
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 
+from gpu import DeviceSelectionError, GpuReadError, visible_gpu
 from search_space.calibration import Calibration
 from search_space.errors import BudgetError, DoesNotFit
 from search_space.memory import MemoryEstimate
@@ -47,28 +47,19 @@ def parse_bytes(text: str) -> int:
 
 
 def gpu_memory_bytes() -> int | None:
-    """Total memory of the first visible GPU through NVML, or None where NVML has no GPU to report."""
+    """Total memory of the GPU this process would use (gpu.device's rule), or None where NVML has none.
+
+    Raises:
+        BudgetError: CUDA_VISIBLE_DEVICES names no GPU of this machine.
+    """
     try:
-        import pynvml
-    except ImportError:
+        with visible_gpu() as gpu:
+            return None if gpu is None else gpu.memory_total_bytes()
+    except DeviceSelectionError as exc:
+        raise BudgetError(f"cannot read the VRAM budget from the GPU: {exc}; or pass --vram") from exc
+    except GpuReadError as exc:
+        log.debug("NVML has no GPU memory to report: %s", exc)
         return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        log.debug("NVML unavailable: %s", exc)
-        return None
-    try:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-        if visible.startswith("GPU-"):
-            handle = pynvml.nvmlDeviceGetHandleByUUID(visible)
-        else:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0)
-        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
-    except pynvml.NVMLError as exc:
-        log.debug("NVML has no GPU to report: %s", exc)
-        return None
-    finally:
-        pynvml.nvmlShutdown()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,16 +1,25 @@
 """GPU memory before and after a server, through NVML, so the next launch starts on a clean GPU.
 
-Without an NVIDIA GPU (or without NVML) every function here is a no-op returning None: the CPU
-engine has nothing to wait for.
+The GPU watched is the server's: gpu.device's rule applied to the environment the server is started
+with (the first entry of its CUDA_VISIBLE_DEVICES, device 0 when unset; the server loads on cuda:0).
+Another worker's server on another GPU is not waited for. Without an NVIDIA GPU (or without NVML)
+every function here is a no-op returning None: the CPU engine has nothing to wait for.
+
+Usage:
+    baseline = snapshot(env)                  # env: the server's environment; None: this process's
+    ...                                       # start, use and stop the server
+    wait_released(baseline, pid=server_pid)   # GpuMemoryNotReleased after the timeout
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from serving.errors import ServingError
+from gpu import DeviceSelectionError, visible_gpu
+from serving.errors import ConfigError, ServingError
 
 __all__ = ["GpuMemoryNotReleased", "Snapshot", "snapshot", "wait_released"]
 
@@ -24,51 +33,38 @@ class GpuMemoryNotReleased(ServingError):
 
 @dataclass(frozen=True)
 class Snapshot:
-    used_bytes: tuple[int, ...]  # per device
+    gpu_uuid: str  # the device watched; `wait_released` reads the same one
+    used_bytes: int
 
 
-def _nvml():
+def snapshot(env: Mapping[str, str] | None = None) -> Snapshot | None:
+    """Memory in use on the GPU a process with `env` would use; None without NVML or a visible GPU.
+
+    Raises:
+        ConfigError: CUDA_VISIBLE_DEVICES names no GPU of this machine.
+    """
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        return pynvml
-    except Exception:  # no driver, no GPU, no package: nothing to watch
-        return None
-
-
-def snapshot() -> Snapshot | None:
-    nvml = _nvml()
-    if nvml is None:
-        return None
-    count = nvml.nvmlDeviceGetCount()
-    used = tuple(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).used for i in range(count))
-    return Snapshot(used)
-
-
-def _pids_on_gpu(nvml) -> set[int]:
-    pids = set()
-    for i in range(nvml.nvmlDeviceGetCount()):
-        handle = nvml.nvmlDeviceGetHandleByIndex(i)
-        for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-            pids.add(proc.pid)
-    return pids
+        with visible_gpu(env) as gpu:
+            if gpu is None:
+                return None
+            return Snapshot(gpu_uuid=gpu.uuid(), used_bytes=gpu.memory_used_bytes())
+    except DeviceSelectionError as exc:
+        raise ConfigError(f"the server's GPU: {exc}") from exc
 
 
 def wait_released(baseline: Snapshot, *, pid: int, timeout_s: float = 60.0) -> None:
-    """Wait until `pid` holds no GPU memory and usage is back near `baseline`."""
-    nvml = _nvml()
-    if nvml is None:
-        return
-    deadline = time.monotonic() + timeout_s
-    while True:
-        now = snapshot()
-        back = now is not None and all(u <= b + _SLACK_BYTES for u, b in zip(now.used_bytes, baseline.used_bytes, strict=False))
-        if pid not in _pids_on_gpu(nvml) and back:
+    """Wait until `pid` holds no memory on the baseline's GPU and its usage is back near `baseline`."""
+    with visible_gpu({"CUDA_VISIBLE_DEVICES": baseline.gpu_uuid}) as gpu:
+        if gpu is None:
             return
-        if time.monotonic() > deadline:
-            raise GpuMemoryNotReleased(
-                f"GPU memory not released {timeout_s:.0f} s after the server (pid {pid}) stopped: "
-                f"used {now.used_bytes if now else '?'} bytes, before launch {baseline.used_bytes}"
-            )
-        time.sleep(0.5)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            used = gpu.memory_used_bytes()
+            if pid not in gpu.compute_pids() and used <= baseline.used_bytes + _SLACK_BYTES:
+                return
+            if time.monotonic() > deadline:
+                raise GpuMemoryNotReleased(
+                    f"GPU memory not released {timeout_s:.0f} s after the server (pid {pid}) stopped: "
+                    f"{used} bytes used on {baseline.gpu_uuid}, {baseline.used_bytes} before launch"
+                )
+            time.sleep(0.5)

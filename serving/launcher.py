@@ -186,7 +186,7 @@ def start(spec: LaunchSpec) -> ServerProcess:
         cmd += ["--vram-limit", str(spec.vram_limit_bytes)]
     cmd += list(spec.server_args)
     env = {**os.environ, **spec.extra_env, "PYTHONUNBUFFERED": "1"}
-    gpu_baseline = gpu_memory.snapshot()
+    gpu_baseline = gpu_memory.snapshot(env)  # the GPU the server will use, by its own environment
     log.info("launching %s config %s on port %d, log %s", spec.config.engine, spec.config.digest[:12], spec.port,
              spec.log_path)
     log_file = open(spec.log_path, "ab")  # noqa: SIM115 - the child owns it after Popen

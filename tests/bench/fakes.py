@@ -9,8 +9,9 @@ that bench's prompts defeat such a cache beyond the opening and that bench flags
 repeat. `stall_posts` makes chosen
 requests stall before answering, as a first-time kernel compile does on a GPU server.
 
-`FakeNvml` stands in for pynvml (no GPU here): it reports a busy GPU, and an idle one while the
-fake server stalls.
+`FakeNvml` stands in for the pynvml module (no GPU here; tests/gpu/fakes.py's `FakePynvml` for one
+GPU): a test puts it where gpu.device imports pynvml. It reports a busy GPU, and an idle one while
+the fake server stalls.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.gpu.fakes import FakeGpu, FakePynvml
 
 CHARS_PER_TOKEN = 4
 PAGE_TOKENS = 16
@@ -154,65 +157,14 @@ def _common_prefix(a: str, b: str) -> int:
     return i
 
 
-class FakeNvml:
-    """pynvml's calls that bench.telemetry makes, answered for one pretend H200."""
-
-    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 0, 1, 0
-
-    class NVMLError(Exception):
-        pass
-
-    class NVMLError_NotSupported(NVMLError):
-        pass
+class FakeNvml(FakePynvml):
+    """Test double of pynvml: one pretend H200 running the fake server, busy but idle while it stalls."""
 
     def __init__(self, server: PrefixCachingFakeServer) -> None:
+        super().__init__([FakeGpu(pids=(1,))])  # one compute process: the server
         self.server = server
 
     def nvmlDeviceGetUtilizationRates(self, handle):
-        return _Rates(gpu=5 if self.server.stalling else 80)
-
-    def nvmlDeviceGetClockInfo(self, handle, kind):
-        return 1980 if kind == self.NVML_CLOCK_SM else 3201
-
-    def nvmlDeviceGetMaxClockInfo(self, handle, kind):
-        return self.nvmlDeviceGetClockInfo(handle, kind)
-
-    def nvmlDeviceGetPowerUsage(self, handle):
-        return 450_000
-
-    def nvmlDeviceGetEnforcedPowerLimit(self, handle):
-        return 700_000
-
-    def nvmlDeviceGetTemperature(self, handle, sensor):
-        return 45
-
-    def nvmlDeviceGetMemoryInfo(self, handle):
-        return _Memory(used=20 * 1024**3, total=141 * 1024**3)
-
-    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
-        return 0
-
-    def nvmlDeviceGetComputeRunningProcesses(self, handle):
-        return [object()]
-
-    def nvmlDeviceGetName(self, handle):
-        return "NVIDIA H200 (fake)"
-
-    def nvmlDeviceGetUUID(self, handle):
-        return "GPU-fake"
-
-    def nvmlSystemGetDriverVersion(self):
-        return "0.0"
-
-    def nvmlShutdown(self):
-        pass
-
-
-class _Rates:
-    def __init__(self, gpu: int) -> None:
-        self.gpu = gpu
-
-
-class _Memory:
-    def __init__(self, used: int, total: int) -> None:
-        self.used, self.total = used, total
+        rates = super().nvmlDeviceGetUtilizationRates(handle)
+        rates.gpu = 5 if self.server.stalling else 80
+        return rates

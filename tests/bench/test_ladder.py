@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import sys
 
 import pytest
 
 from bench import BenchPlan, Endpoint, run_bench
 from bench.errors import BenchConfigError, ServerRejected, ServerUnreachable
 from bench.records import BenchResult
-from bench.telemetry import GpuMonitor, _identity
+from bench.telemetry import GpuMonitor
 from tests.bench.fakes import FakeNvml, PrefixCachingFakeServer
 
 pytestmark = pytest.mark.slow
@@ -218,12 +219,17 @@ def test_extra_body_fields_reach_the_server_on_every_request():
 
 def test_a_run_that_stalls_while_the_gpu_idles_is_set_aside_and_replaced(monkeypatch):
     """As a Triton compile on the first prompt of a new length does: slow, GPU idle; bench measures another."""
-    plan = dataclasses.replace(FAKE_PLAN, prefill_tokens=(2048,), decode_context_tokens=(), max_repeats=5)
+    plan = dataclasses.replace(FAKE_PLAN, prefill_tokens=(2048,), decode_context_tokens=(), max_repeats=5,
+                               gpu_index=0)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    real_open = GpuMonitor.open
+    monkeypatch.setattr(GpuMonitor, "open", classmethod(lambda cls, index, **kw: real_open(index, period_s=0.01)))
     with PrefixCachingFakeServer(stall_posts=frozenset({7}), stall_s=0.4) as server:
         nvml = FakeNvml(server)
-        monitor = GpuMonitor(nvml, None, _identity(nvml, None, 0), period_s=0.01)
-        monkeypatch.setattr(GpuMonitor, "open", classmethod(lambda cls, index, **kw: monitor))
+        monkeypatch.setitem(sys.modules, "pynvml", nvml)  # where gpu.device imports it
         result = run_bench(plan, Endpoint(url=server.url))
+    assert result.gpu is not None and result.gpu.uuid == nvml.gpus[0].uuid
+    assert nvml.inits == nvml.shutdowns == 1  # the monitor shut NVML down after the run
     (point,) = result.prefill
     (stalled,) = server.stalled_prompts
     runs = {r.spec.prompt_sha256: r for r in point.runs}

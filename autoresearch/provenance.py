@@ -7,8 +7,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench import BenchResult
 
 __all__ = ["collect_provenance", "gpu_uuid", "project_commit"]
@@ -25,12 +23,11 @@ def project_commit() -> dict[str, Any]:
     return {"commit": sha or None, "dirty": dirty}
 
 
-def collect_provenance(*, server_url: str, bench: BenchResult | None = None) -> dict[str, Any]:
-    """Server info (engine and torch versions, config, memory), the GPU bench saw, host and commit."""
-    try:
-        server_info = httpx.get(server_url + "/v1/server_info", timeout=30).json()
-    except (httpx.HTTPError, ValueError):
-        server_info = None
+def collect_provenance(*, server_info: dict[str, Any] | None, bench: BenchResult | None = None) -> dict[str, Any]:
+    """Server info (engine and torch versions, config, memory), the GPU bench saw, host and commit.
+
+    `server_info` is the server's /v1/server_info as the caller read it with bench's client (None: none).
+    """
     gpu = None
     if bench is not None and bench.gpu is not None:
         identity = bench.gpu

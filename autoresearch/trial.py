@@ -32,11 +32,8 @@ from autoresearch.progress import Progress
 from autoresearch.provenance import collect_provenance, gpu_uuid
 from autoresearch.servers import serve
 from autoresearch.study import CONSTRAINTS, baseline_trial_params
-from bench import BenchResult, Endpoint, noise_floor, run_bench
+from bench import BenchResult, Client, Endpoint, noise_floor, run_bench
 from bench.errors import BenchError
-from eval import (
-    Endpoint as EvalEndpoint,
-)
 from eval import (
     EvalStore,
     MissingReference,
@@ -371,9 +368,10 @@ class TrialRunner:
             self._measure(trial, config, "bench_error", {"error": str(exc)}, launch=launch)
             raise Unmeasured(f"bench failed: {type(exc).__name__}: {exc}") from exc
         self._measure(trial, config, "bench", result.to_dict(), launch=launch)
-        self._provenance(trial, config, server, result)
+        info = _server_info(server)  # after the bench: its peak follows the bench's longest prompts
+        self._provenance(trial, config, info, result)
         if self.memory is not None:
-            peak = _server_peak(server)  # the engine's own peak, after the bench's longest prompts
+            peak = (info or {}).get("vram_peak_bytes")  # the engine's own peak
             if peak:
                 estimate = self.memory.estimate(config)
                 self._measure(trial, config, "memory", {"predicted_peak_bytes": estimate.peak_bytes,
@@ -406,7 +404,7 @@ class TrialRunner:
     def _suite(self, trial: optuna.Trial, config: ServingConfig, server, *, paired_with=None, attempt: int = 0):
         name = f"trial-{trial.number:04d}-{config.digest[:12]}" + (f"-{attempt}" if attempt else "")
         run_dir = (self.plan.study_dir / "suites" / name).resolve()
-        endpoint = EvalEndpoint(base_url=server.url, model=_served_model(server))
+        endpoint = Endpoint(url=server.url)  # run_suite names the served model
         try:
             result = run_suite(self.suite, endpoint, store=self.store, label=self._label(trial, config),
                                model_manifest_hash=self.plan.model.manifest_hash,
@@ -418,8 +416,8 @@ class TrialRunner:
                                                "tasksets": result.tasksets})
         return result
 
-    def _provenance(self, trial, config: ServingConfig, server, bench: BenchResult) -> None:
-        details = collect_provenance(server_url=server.url, bench=bench)
+    def _provenance(self, trial, config: ServingConfig, server_info: dict | None, bench: BenchResult) -> None:
+        details = collect_provenance(server_info=server_info, bench=bench)
         uuid = gpu_uuid(details)
         earlier = {gpu_uuid(r["details"]) for r in self.db.provenance(study=self.plan.study_name)}
         if uuid and earlier - {uuid, None}:
@@ -456,17 +454,12 @@ class TrialRunner:
         return None
 
 
-def _served_model(server) -> str:
-    import httpx
-
-    return httpx.get(server.url + "/v1/models", timeout=30).json()["data"][0]["id"]
-
-
-def _server_peak(server) -> int | None:
-    import httpx
-
+def _server_info(server) -> dict | None:
+    """The server's /v1/server_info through bench's client; None where it has none or does not answer."""
     try:
-        return httpx.get(server.url + "/v1/server_info", timeout=30).json().get("vram_peak_bytes")
-    except httpx.HTTPError:
+        with Client(Endpoint(url=server.url), timeout_s=30) as client:
+            return client.server_info()
+    except BenchError as exc:
+        log.warning("no /v1/server_info from %s: %s", server.url, exc)
         return None
 

@@ -1,8 +1,10 @@
 """How much the HTTP server costs: decode (and prefill) tok/s through it over a direct exllamav3 Generator.
 
 Both sides run the same checkpoint and config in fresh processes, alternating (direct, server,
-direct, server) so drift hits both; each side times the same thing, the wall time from the first
-streamed token to the last of a greedy, fixed-length job. The ratio of medians is printed.
+direct, server) so drift hits both; each side times a greedy, fixed-length job and rates it with
+bench's one decode formula (`bench.records.decode_tok_per_s`: tokens after the first two over the
+span from the second arrival to the last). The server side is read by bench's client, the project's
+one client and SSE reader. The ratio of medians is printed.
 
 With --prefill-tokens N each side also prefills unique N-token prompts (one new token each) and
 the engine's own prefill time is compared: a server-side prefill below the direct generator's on
@@ -27,8 +29,9 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-import httpx
-
+from bench.client import Client, Endpoint
+from bench.errors import BenchError
+from bench.records import RequestResult, RequestSpec, decode_tok_per_s
 from serving.config import ServingConfig, engine_for_checkpoint
 from serving.units import parse_bytes
 
@@ -79,7 +82,9 @@ def _direct(args: argparse.Namespace) -> list[dict]:
     runs = []
     for r in range(args.repeats):
         stamps, final = run(_prompt(codec, args.prompt_tokens, salt=args.salt * 1000 + r), args.new_tokens)
-        runs.append({"tokens": len(stamps), "wall_decode_s": stamps[-1] - stamps[0],
+        itl_s = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+        runs.append({"tokens": len(stamps), "decode_span_s": sum(itl_s[1:]),
+                     "decode_tok_per_s": decode_tok_per_s(len(stamps), itl_s),
                      "engine_decode_s": final["time_generate"], "engine_new_tokens": final["new_tokens"]})
     for r in range(args.repeats if args.prefill_tokens else 0):
         _, final = run(_prompt(codec, args.prefill_tokens, salt=args.salt * 1000 + _PREFILL_SALT + r), 1)
@@ -102,7 +107,7 @@ def _through_server(args: argparse.Namespace, config: ServingConfig, salt: int, 
         startup_timeout_s=900,
     )
     runs = []
-    with launch(spec) as server, httpx.Client(timeout=600) as client:
+    with launch(spec) as server, Client(Endpoint(url=server.url), timeout_s=600) as client:
         for r in range(args.repeats):
             ids = _prompt(codec, args.prompt_tokens, salt=salt * 1000 + r)
             body = {
@@ -113,31 +118,23 @@ def _through_server(args: argparse.Namespace, config: ServingConfig, salt: int, 
                 "stream": True,
                 "stream_options": {"include_usage": True},
             }
-            stamps, usage = [], None
-            with client.stream("POST", server.url + "/v1/completions", json=body) as response:
-                response.raise_for_status()
-                for line in response.iter_lines():
-                    if not line.startswith("data: {"):
-                        continue
-                    event = json.loads(line[6:])
-                    if event.get("usage"):
-                        usage = event["usage"]
-                    elif event["choices"] and event["choices"][0]["finish_reason"] is None:
-                        stamps.append(time.perf_counter())
+            result = _measured(client.stream(_spec(len(ids), args.new_tokens), body, "/v1/completions"))
             runs.append(
                 {
-                    "tokens": len(stamps),
-                    "wall_decode_s": stamps[-1] - stamps[0],
-                    "engine_decode_s": usage["timings"]["decode_s"],
-                    "engine_new_tokens": usage["completion_tokens"],
+                    "tokens": result.completion_tokens,
+                    "decode_span_s": result.decode_span_s,
+                    "decode_tok_per_s": result.decode_tok_per_s_client,
+                    "engine_decode_s": result.server_decode_s,
+                    "engine_new_tokens": result.completion_tokens,
                 }
             )
         for r in range(args.repeats if args.prefill_tokens else 0):
             ids = _prompt(codec, args.prefill_tokens, salt=salt * 1000 + _PREFILL_SALT + r)
             body = {"prompt": ids, "max_tokens": 1, "temperature": 0, "ignore_eos": True}
-            response = client.post(server.url + "/v1/completions", json=body)
-            response.raise_for_status()
-            usage = response.json()["usage"]
+            try:
+                usage = client.post_json("/v1/completions", body)["usage"]
+            except BenchError as exc:
+                raise RuntimeError(f"a prefill request failed: {exc}") from exc
             runs.append(
                 {
                     "prefill_tokens": usage["prompt_tokens"],
@@ -148,11 +145,30 @@ def _through_server(args: argparse.Namespace, config: ServingConfig, salt: int, 
     return runs
 
 
+def _spec(prompt_tokens: int, new_tokens: int) -> RequestSpec:
+    return RequestSpec(purpose="measure", point=f"decode@{prompt_tokens}", prompt_kind="mixed",
+                       target_prompt_tokens=prompt_tokens, prompt_chars=0, prompt_sha256="", max_tokens=new_tokens,
+                       ignore_eos=True)
+
+
+def _measured(result: RequestResult) -> RequestResult:
+    """A decode run with a rate and the server's decode time, or a loud failure (no rate is invented)."""
+    if not result.ok:
+        raise RuntimeError(f"a decode request through the server failed: {result.error}")
+    if result.decode_tok_per_s_client is None or result.server_decode_s is None:
+        raise RuntimeError("the server's stream gave no decode rate (fewer than three tokens) or no usage.timings")
+    return result
+
+
 _PREFILL_SALT = 500  # prefill prompts never share a salt (so a cache page) with the decode prompts
 
 
 def _rate(runs: list[dict]) -> float:
-    return statistics.median((r["tokens"] - 1) / r["wall_decode_s"] for r in runs if "tokens" in r)
+    """Median decode tok/s over the runs, each rated by bench's formula (`decode_tok_per_s`)."""
+    rates = [r["decode_tok_per_s"] for r in runs if "tokens" in r]
+    if None in rates:
+        raise RuntimeError("a decode run had fewer than three tokens: raise --new-tokens")
+    return statistics.median(rates)
 
 
 def _prefill_rate(runs: list[dict]) -> float | None:

@@ -1,4 +1,4 @@
-"""The project's tables in results.db, next to Optuna's: measurements, provenance, finalists.
+"""The project's tables in results.db, next to Optuna's: measurements, provenance, finalists, claims.
 
 SQLAlchemy Core with table names prefixed `ar_` so they never collide with Optuna's schema (and no
 Alembic version table of ours shares Optuna's `alembic_version`). Rows are append-only: a killed
@@ -30,12 +30,14 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
     create_engine,
     event,
     insert,
     select,
 )
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
 
 from eval.store import create_tables, to_jsonable
 
@@ -82,6 +84,18 @@ finalists = Table(
     Column("prefill_tok_per_s", Float),
     Column("verdict", Text, nullable=False),  # JSON: comparisons with the baseline, champion flag
     Column("created_at", DateTime, nullable=False),
+)
+
+
+claims = Table(
+    "ar_claims", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("study", String(200), nullable=False),
+    Column("what", String(80), nullable=False),  # e.g. "confirm finalists"
+    Column("key", String(200), nullable=False),  # what exactly, e.g. "after 12 finished trials"
+    Column("worker", String(200), nullable=False),  # host:pid
+    Column("created_at", DateTime, nullable=False),
+    UniqueConstraint("study", "what", "key", name="uq_ar_claims_once"),
 )
 
 
@@ -158,6 +172,19 @@ class ResultsDB:
         with self.engine.connect() as conn:
             rows = conn.execute(select(finalists).where(finalists.c.study == study).order_by(finalists.c.id))
             return [{**dict(row._mapping), "verdict": json.loads(row.verdict)} for row in rows]
+
+    def claim(self, *, study: str, what: str, key: str, worker: str) -> str | None:
+        """Take a piece of work once across every worker of a study: None when this worker got it, else
+        the worker that holds it (the database's unique constraint decides, on SQLite and PostgreSQL)."""
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(claims).values(study=study, what=what, key=key, worker=worker, created_at=_now()))
+            return None
+        except IntegrityError:
+            with self.engine.connect() as conn:
+                row = conn.execute(select(claims.c.worker).where(
+                    (claims.c.study == study) & (claims.c.what == what) & (claims.c.key == key))).first()
+            return row.worker if row else "another worker"
 
     def close(self) -> None:
         self.engine.dispose()

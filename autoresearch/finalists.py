@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import secrets
 import statistics
+import time
 from dataclasses import dataclass
 
 import optuna
@@ -23,17 +25,21 @@ from autoresearch.baseline import stored_speed_floor
 from autoresearch.db import ResultsDB
 from autoresearch.errors import Unmeasured
 from autoresearch.objectives import objective_metrics, objectives_from_bench, speedup_score
-from autoresearch.plan import RunPlan
+from autoresearch.plan import RunPlan, worker_name
 from autoresearch.servers import serve
 from bench import BenchResult, Endpoint, MissingMetric, NoiseFloor, compare, noise_floor, run_bench
 from bench.errors import BenchError
 from search_space import SearchSpace, config_from_params
 from serving.errors import LaunchError
 
-__all__ = ["Champion", "confirm_finalists", "feasible_front", "judge_finalist", "load_champion", "median_objectives"]
+__all__ = ["Champion", "ConfirmedElsewhere", "confirm_finalists", "feasible_front", "judge_finalist", "load_champion", "median_objectives"]
 
 log = logging.getLogger(__name__)
 _CHAMPION = "champion"
+
+
+class ConfirmedElsewhere(Exception):  # noqa: N818 - an outcome, not a failure
+    """Another worker of the study holds the claim to confirm these finalists."""
 
 
 @dataclass(frozen=True)
@@ -60,8 +66,12 @@ def _pooled(results: list[BenchResult]) -> dict[str, tuple[float, ...]]:
 
 
 def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: ResultsDB) -> Champion | None:
-    """Re-measure, decide, store the decision in ar_finalists and the study; None without a baseline."""
-    trials = study.get_trials(deepcopy=False)
+    """Re-measure, decide, store the decision in ar_finalists and the study; None without a baseline.
+
+    Raises:
+        ConfirmedElsewhere: another worker of the study confirms these same finished trials.
+    """
+    trials = _after_running_trials(plan, study)
     stored = load_champion(study)
     if stored is not None and stored.get("trials_at") == len(trials):  # decided, and nothing ran since
         return Champion(**{k: stored[k] for k in Champion.__dataclass_fields__})
@@ -81,6 +91,12 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
                                                             "trials_at": len(trials)})
         return champion
 
+    finished = sum(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for t in trials)
+    holder = db.claim(study=plan.study_name, what="confirm finalists", key=f"after {finished} finished trials",
+                      worker=worker_name())
+    if holder is not None:  # several workers end together: one confirms, on its own GPU
+        raise ConfirmedElsewhere(f"worker {holder} confirms the finalists of these {finished} trials; its "
+                                 "RESULTS.md names the champion")
     round_ = 1 + max((r["round"] for r in db.finalists(study=plan.study_name)), default=0)
     order = [baseline, *finalists]
     results: dict[int, list[BenchResult]] = {t.number: [] for t in order}
@@ -101,13 +117,15 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
     floor = noise_floor(base_runs[0].samples(), base_runs[1].samples()) if len(base_runs) > 1 else \
         stored_speed_floor(study)
     base_values = median_objectives(base_runs)
+    where = {"worker": worker_name(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+             "gpu": next(({"name": r.gpu.name, "uuid": r.gpu.uuid} for r in base_runs if r.gpu), None)}
     best: Champion | None = None
     for t in finalists:
         runs = results[t.number]
         verdict = judge_finalist(base_runs, runs, floor=floor) if runs else \
             {"qualified": False, "reason": "no confirmation launch was measured"}
         db.add_finalist(study=plan.study_name, round_=round_, trial=t.number, config_digest=t.user_attrs["config_digest"],
-                        decode=verdict.get("decode"), prefill=verdict.get("prefill"), verdict=verdict)
+                        decode=verdict.get("decode"), prefill=verdict.get("prefill"), verdict=verdict | where)
         if verdict["qualified"] and (best is None or verdict["speedup"] > best.speedup):
             best = Champion(trial=t.number, config=t.user_attrs["config"], decode_tok_per_s=verdict["decode"],
                             prefill_tok_per_s=verdict["prefill"], speedup=verdict["speedup"], is_baseline=False)
@@ -115,7 +133,8 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
                     config_digest=baseline.user_attrs["config_digest"], decode=base_values[0], prefill=base_values[1],
                     verdict={"baseline": True, "launches": len(base_runs),
                              "noise_floor": floor.to_dict() if floor else None,
-                             "noise_floor_from": "these launches" if len(base_runs) > 1 else "the search's baseline"})
+                             "noise_floor_from": "these launches" if len(base_runs) > 1 else "the search's baseline"}
+                    | where)
     if best is None:
         best = Champion(trial=baseline.number, config=baseline.user_attrs["config"], decode_tok_per_s=base_values[0],
                         prefill_tok_per_s=base_values[1], speedup=1.0, is_baseline=True)
@@ -123,8 +142,23 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
     else:
         launches = "1 fresh launch" if plan.finalist_launches == 1 else f"{plan.finalist_launches} fresh launches"
         reason = f"confirmed in {launches} against the baseline"
-    study.set_user_attr(_CHAMPION, best.__dict__ | {"reason": reason, "round": round_, "trials_at": len(trials)})
+    study.set_user_attr(_CHAMPION, best.__dict__ | {"reason": reason, "round": round_, "trials_at": len(trials),
+                                                    "confirmed_by": where})
     return best
+
+
+def _after_running_trials(plan: RunPlan, study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """The study's trials once no other worker is mid-trial, so every worker that ends sees the same set
+    and one confirmation covers all of it. A killed worker's trial stops counting once its heartbeat is
+    stale (Optuna fails it then); waiting is at most one trial's length."""
+    while True:
+        optuna.storages.fail_stale_trials(study)
+        trials = study.get_trials(deepcopy=False)
+        running = [t.number for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+        if not running:
+            return trials
+        log.info("waiting for trial(s) %s of other workers before confirming the finalists", running)
+        time.sleep(plan.heartbeat_s)
 
 
 def _launch_and_bench(plan: RunPlan, space: SearchSpace, t: optuna.trial.FrozenTrial, round_: int, launch: int,

@@ -12,7 +12,7 @@ import optuna
 
 from autoresearch.db import ResultsDB
 from autoresearch.errors import BaselineUnmeasured
-from autoresearch.finalists import confirm_finalists, feasible_front
+from autoresearch.finalists import ConfirmedElsewhere, confirm_finalists, feasible_front
 from autoresearch.objectives import speedup_score
 from autoresearch.plan import RunPlan
 from autoresearch.progress import Progress
@@ -78,7 +78,12 @@ def run(plan: RunPlan) -> int:
                 write_report(plan, study, db, store)  # it says why the study stopped
                 raise
         progress.stage("confirming finalists")
-        champion = confirm_finalists(plan, study, space, db)
+        try:
+            champion = confirm_finalists(plan, study, space, db)
+        except ConfirmedElsewhere as exc:
+            write_report(plan, study, db, store)
+            print(f"finalists: {exc}")
+            return 0
         write_report(plan, study, db, store)
     if champion is None:
         log.error("no champion decided: the baseline did not complete or could not be re-measured")

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from autoresearch.model_source import ResolvedModel
 from bench import BenchPlan
 from eval import GatePolicy, ProbeSetConfig
 
-__all__ = ["RunPlan", "default_bench_plan", "default_probe_config", "study_name_for"]
+__all__ = ["RunPlan", "default_bench_plan", "default_probe_config", "study_name_for", "worker_name"]
 
 OBJECTIVES = ("decode_tok_per_s", "prefill_tok_per_s")
 # How the objectives are read from bench (autoresearch.objectives): a study keeps one definition.
@@ -39,6 +41,11 @@ def default_probe_config(engine: str) -> ProbeSetConfig:
         return ProbeSetConfig(continuation_tokens=16, long_context_tokens=(512,), long_continuation_tokens=8)
     # The longest probe must fit the smallest cache a study allows (pin cache_tokens to the workload's).
     return ProbeSetConfig(long_context_tokens=(4000, 11000))  # nominal; ~10K and ~27K tokens of a synthetic tokenizer
+
+
+def worker_name() -> str:
+    """This process as the study's records name it: host:pid (several workers may share one study)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def study_name_for(suite: str, engine: str, manifest_hash: str) -> str:

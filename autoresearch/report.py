@@ -179,8 +179,15 @@ def _task_tier_lines(plan: RunPlan, store: EvalStore) -> list[str]:
 def _finalists_table(finals: list[dict]) -> list[str]:
     if not finals:
         return []
-    lines = ["", "## Finalists, re-measured in fresh launches", "",
-             "| round | trial | decode tok/s | prefill tok/s | speed-up | decision |", "|---:|---:|---:|---:|---:|---|"]
+    lines = ["", "## Finalists, re-measured in fresh launches", ""]
+    last = [f["verdict"] for f in finals if f["round"] == finals[-1]["round"]]
+    if who := next((v for v in last if v.get("worker")), None):  # one worker confirms, on one GPU
+        gpu = who.get("gpu") or {}
+        lines += [f"Round {finals[-1]['round']} confirmed by worker `{who['worker']}` on "
+                  + (f"{gpu.get('name')} (`{gpu.get('uuid')}`)" if gpu else "no GPU (CPU engine)")
+                  + (f", CUDA_VISIBLE_DEVICES={who['cuda_visible_devices']}" if who.get("cuda_visible_devices") else "")
+                  + ".", ""]
+    lines += ["| round | trial | decode tok/s | prefill tok/s | speed-up | decision |", "|---:|---:|---:|---:|---:|---|"]
     for f in finals:
         v = f["verdict"]
         if v.get("baseline") is True:  # rows of older versions hold the baseline's numbers under this key

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import secrets
-import socket
 import time
 from dataclasses import dataclass, field
 
@@ -27,7 +25,7 @@ from autoresearch.baseline import BaselineEvidence, load_baseline, save_baseline
 from autoresearch.db import ResultsDB
 from autoresearch.errors import BaselineUnmeasured, Unmeasured
 from autoresearch.objectives import NOT_MEASURED, dominated_by, objectives_from_bench
-from autoresearch.plan import RunPlan
+from autoresearch.plan import RunPlan, worker_name
 from autoresearch.progress import Progress
 from autoresearch.provenance import collect_provenance, gpu_uuid
 from autoresearch.servers import serve
@@ -119,7 +117,7 @@ class TrialRunner:
         config = sample_config(trial, self.space)
         role = trial.user_attrs.get("role", "candidate")
         trial.set_user_attr("role", role)
-        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+        trial.set_user_attr("worker", worker_name())
         trial.set_user_attr("config", config.to_dict())
         trial.set_user_attr("config_digest", config.digest)
         self.progress.trial_started(trial.number, role, config.digest)

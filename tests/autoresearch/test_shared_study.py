@@ -17,6 +17,8 @@ import uuid
 import optuna
 import pytest
 
+from autoresearch.db import ResultsDB
+
 from .conftest import FAST, loop_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -62,3 +64,6 @@ def test_two_workers_share_one_study_without_duplicates(tmp_path):
     counted = [t for t in trials if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
     assert 4 <= len(counted) <= 5  # each worker stops at 4; one may have been mid-trial when the other got there
     assert len({t.user_attrs["worker"] for t in counted}) == 2  # both workers took trials
+    finals = ResultsDB(URL).finalists(study=study_name)  # none when no candidate was faster in search
+    for round_ in {f["round"] for f in finals}:  # each round of confirmation ran on one worker only
+        assert len({f["verdict"]["worker"] for f in finals if f["round"] == round_}) == 1, finals

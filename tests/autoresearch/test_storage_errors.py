@@ -51,3 +51,12 @@ def test_a_read_only_copy_of_a_study_reports(tmp_path):
     text = out.read_text()
     assert f"from `sqlite:///{archive / 'results.db'}`" in text  # named as the user named it
     assert "## Champion" in text and "**trial 1**" in text
+
+
+def test_a_claim_is_taken_once_and_names_its_holder(tmp_path):
+    from autoresearch.db import ResultsDB
+
+    first, second = ResultsDB(f"sqlite:///{tmp_path / 'r.db'}"), ResultsDB(f"sqlite:///{tmp_path / 'r.db'}")
+    assert first.claim(study="s", what="confirm finalists", key="after 4", worker="a:1") is None
+    assert second.claim(study="s", what="confirm finalists", key="after 4", worker="b:2") == "a:1"
+    assert second.claim(study="s", what="confirm finalists", key="after 5", worker="b:2") is None

@@ -17,6 +17,7 @@ import os
 import secrets
 import statistics
 import time
+import warnings
 from dataclasses import dataclass
 
 import optuna
@@ -152,7 +153,9 @@ def _after_running_trials(plan: RunPlan, study: optuna.Study) -> list[optuna.tri
     and one confirmation covers all of it. A killed worker's trial stops counting once its heartbeat is
     stale (Optuna fails it then); waiting is at most one trial's length."""
     while True:
-        optuna.storages.fail_stale_trials(study)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # stable since Optuna 2.9
+            optuna.storages.fail_stale_trials(study)
         trials = study.get_trials(deepcopy=False)
         running = [t.number for t in trials if t.state == optuna.trial.TrialState.RUNNING]
         if not running:

@@ -203,7 +203,7 @@ def _check_task_power(suite_name: str, overrides: dict, policy) -> None:
 
     Tasksets whose size is known only after a run are checked on the baseline's run instead.
     """
-    from eval.decision import underpowered_message
+    from eval.decision import underpowered
     from eval.errors import EvalConfigError
     from eval.suites import SuiteOverrides, apply_overrides, get_suite
 
@@ -214,11 +214,8 @@ def _check_task_power(suite_name: str, overrides: dict, policy) -> None:
     except EvalConfigError as exc:
         raise PlanError(str(exc)) from exc
     design = policy.design(len(suite.tasksets))
-    problems = []
-    for spec in suite.tasksets:
-        n = spec.planned_tasks
-        if n is not None and (power := design.power_at(n)) < policy.power:
-            problems.append(underpowered_message(spec.name, n, power, design.tasks_needed(), policy, design))
+    problems = [problem for spec in suite.tasksets if spec.planned_tasks is not None
+                and (problem := underpowered(spec.name, spec.planned_tasks, policy, design))]
     if problems:
         raise PlanError("the task tier cannot make the claim it is asked to: " + "; ".join(problems))
 

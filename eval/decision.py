@@ -41,7 +41,7 @@ __all__ = [
     "mcnemar_one_sided_p",
     "run_order",
     "truncated_share",
-    "underpowered_message",
+    "underpowered",
     "worst_case_floor",
 ]
 
@@ -248,7 +248,7 @@ def _scores(result: TasksetResult, full_credit: float) -> tuple[dict[str, float]
         if not episode.ok:
             failed.add(episode.task_key)
         else:
-            correct[episode.task_key].append(episode.reward is not None and episode.reward >= full_credit - 1e-9)
+            correct[episode.task_key].append(episode.correct(full_credit))
     return {k: (sum(v) / len(v) if v else 0.0) for k, v in correct.items()}, failed
 
 
@@ -271,20 +271,25 @@ def baseline_problems(result: TasksetResult, policy: TaskPolicy, tasksets: int) 
         problems.append(f"{result.name}: {result.truncations} of {result.rollouts} baseline answers hit the "
                         f"{result.max_tokens}-token budget (more than {policy.max_truncated_share:.0%}): raise "
                         "--suite-max-tokens so the model can finish")
-    design = policy.design(tasksets)
-    power = design.power_at(result.tasks)
-    if power < policy.power:
-        needed = design.tasks_needed(max_tasks=max(4 * result.tasks, 2000))
-        problems.append(underpowered_message(result.name, result.tasks, power, needed, policy, design))
+    if problem := underpowered(result.name, result.tasks, policy, policy.design(tasksets)):
+        problems.append(problem)
     return problems
 
 
-def underpowered_message(name: str, tasks: int, power: float, needed: int | None, policy: TaskPolicy,
-                         design: SequentialDesign) -> str:
+def underpowered(name: str, tasks: int, policy: TaskPolicy, design: SequentialDesign) -> str | None:
+    """Why `tasks` paired tasks cannot make the claim the gate makes, with how many it needs; None if they can.
+
+    The one size check: the plan, the baseline's run and every verdict ask it.
+    """
+    power = design.power_at(tasks) if tasks else 0.0
+    if power >= policy.power:
+        return None
+    limit = max(4 * tasks, 2000)
+    needed = design.tasks_needed(max_tasks=limit)
     return (f"{name}: {tasks} tasks detect a {policy.min_drop:.0%} accuracy drop with power {power:.0%} "
             f"(alpha {design.alpha:.3g}, {policy.planned_discordance:.0%} of tasks flipping), below the "
             f"{policy.power:.0%} the gate claims; it needs "
-            + (f"{needed} tasks" if needed else "more tasks than it can have")
+            + (f"{needed} tasks" if needed else f"more than {limit} tasks")
             + " (or run the task tier as a smoke check: --task-tier smoke, which judges nothing)")
 
 
@@ -351,8 +356,8 @@ def compare_taskset(
             else:
                 decision = "accepted at the end"
     power = design.power_at(len(order)) if order else 0.0
-    if policy.judge and power < policy.power:
-        reasons.append(underpowered_message(candidate.name, len(order), power, None, policy, design))
+    if policy.judge and (problem := underpowered(candidate.name, len(order), policy, design)):
+        reasons.append(problem)
     discordance = (walk.lost + walk.gained) / walk.tasks_used if walk.tasks_used else None
     return TasksetVerdict(
         name=candidate.name,

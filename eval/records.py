@@ -144,6 +144,10 @@ class EpisodeOutcome:
     # test follows. None in rows stored before it existed.
     started_at: float | None = None
 
+    def correct(self, full_credit: float = 1.0) -> bool:
+        """An ok episode whose reward reaches full credit: partial credit is a wrong answer."""
+        return self.ok and self.reward is not None and self.reward >= full_credit - 1e-9
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TasksetResult:
@@ -167,7 +171,7 @@ class TasksetResult:
     def accuracy(self) -> float | None:
         """Share of ok episodes at full credit (what the gate counts as correct); None when none was ok."""
         ok = [e for e in self.episodes if e.ok]
-        return sum(e.reward is not None and e.reward >= 1.0 - 1e-9 for e in ok) / len(ok) if ok else None
+        return sum(e.correct() for e in ok) / len(ok) if ok else None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -257,14 +257,20 @@ def run_taskset(launch: TasksetLaunch, run_dir: Path, *, stop_when: StopRule | N
             stderr=subprocess.STDOUT,
             start_new_session=True,  # stopping it early stops its children too
         )
+        seen = 0
         try:
             while process.poll() is None:
                 try:
                     process.wait(timeout=poll_s)
                 except subprocess.TimeoutExpired:
                     pass
-                if stop_when is not None and process.poll() is None and (stopped := stop_when(tail.read())):
-                    _stop(process)
+                if stop_when is None or process.poll() is not None:
+                    continue
+                episodes = tail.read()
+                if len(episodes) > seen:  # the rule only changes its mind on new episodes
+                    seen = len(episodes)
+                    if stopped := stop_when(episodes):
+                        _stop(process)
         finally:
             if process.poll() is None:  # interrupted: never leave a worker behind
                 _stop(process)
@@ -315,7 +321,7 @@ def paired_stop_rule(baseline: TasksetResult, policy: TaskPolicy, *, tasksets: i
     def rule(episodes: list[EpisodeOutcome]) -> str | None:
         if not episodes:
             return None
-        partial = summarize_episodes(list(episodes), name=baseline.name, taskset_id=baseline.taskset_id,
+        partial = summarize_episodes(episodes, name=baseline.name, taskset_id=baseline.taskset_id,
                                      max_tokens=baseline.max_tokens, run_dir="")
         verdict = compare_taskset(baseline, partial, policy, tasksets=tasksets)
         if verdict.decision in ("rejected", "accepted"):
@@ -415,13 +421,15 @@ def run_suite(
     results = []
     for spec in suite.tasksets:
         launch = build_launch(suite, spec, endpoint, locks=locks, paths=paths, run_dir=run_dir)
-        rule = None
-        if judging:
-            rule = paired_stop_rule(paired_with.taskset(spec.name), policy, tasksets=len(paired_with.tasksets))
-        results.append(run_taskset(launch, run_dir, stop_when=rule))
-        if rule is not None and (verdict := rule(list(results[-1].episodes))) and verdict.startswith("rejected"):
+        if not judging:
+            results.append(run_taskset(launch, run_dir))
+            continue
+        baseline, tasksets = paired_with.taskset(spec.name), len(paired_with.tasksets)
+        results.append(run_taskset(launch, run_dir, stop_when=paired_stop_rule(baseline, policy, tasksets=tasksets)))
+        verdict = compare_taskset(baseline, results[-1], policy, tasksets=tasksets)
+        if verdict.decision == "rejected":
             provenance["not_run"] = {"tasksets": [t.name for t in suite.tasksets[len(results):]],
-                                     "why": f"{spec.name} was {verdict}"}
+                                     "why": f"{spec.name} was rejected after {verdict.tasks_used} paired tasks"}
             break
     result = SuiteResult(suite=suite.name, run_dir=str(run_dir), tasksets=tuple(results))
     (run_dir / "summary.json").write_text(

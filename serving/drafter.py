@@ -124,24 +124,25 @@ def check_same_vocabulary(target_dir: Path, drafter: Drafter) -> None:
             f"({len(differ)} differences); an autoregressive drafter must use the target's tokenizer")
 
 
-def _read_config(directory: Path) -> dict[str, Any]:
-    path = directory / "config.json"
+def _read_json(path: Path, purpose: str = "") -> dict[str, Any]:
+    """A JSON object from a checkpoint file, or a ConfigError that names the file (and why it was read)."""
     try:
-        config = json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(config, dict):
+        raise ConfigError(f"cannot read {path}{purpose}: {exc}") from exc
+    if not isinstance(data, dict):
         raise ConfigError(f"{path} is not a JSON object")
-    return config
+    return data
+
+
+def _read_config(directory: Path) -> dict[str, Any]:
+    return _read_json(directory / "config.json")
 
 
 def _tokenizer_ids(directory: Path) -> dict[str, int]:
     """token -> id from tokenizer.json: the model's vocabulary (BPE, WordPiece or Unigram) and added tokens."""
     path = directory / "tokenizer.json"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read {path} to compare the draft model's tokenizer with the model's: {exc}") from exc
+    data = _read_json(path, " to compare the draft model's tokenizer with the model's")
     model = data.get("model") or {}
     vocab = model.get("vocab")
     if isinstance(vocab, dict):

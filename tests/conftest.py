@@ -22,21 +22,20 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
+def _serve_tiny(model_dir: Path, tmp_path_factory, config: ServingConfig, name: str):
+    log_path = tmp_path_factory.mktemp(name) / f"{name}.log"
+    spec = LaunchSpec(model_dir=model_dir, config=config, port=free_port(), log_path=log_path, startup_timeout_s=180)
+    with launch(spec) as server:
+        yield server
+
+
 @pytest.fixture(scope="session")
 def tiny_server(tiny_model_dir, tmp_path_factory):
     """A real `python -m serving` process on the tiny model (transformers engine, no API key)."""
-    log_path = tmp_path_factory.mktemp("server") / "tiny-server.log"
-    spec = LaunchSpec(model_dir=tiny_model_dir, config=TINY_CONFIG, port=free_port(), log_path=log_path,
-                      startup_timeout_s=180)
-    with launch(spec) as server:
-        yield server
+    yield from _serve_tiny(tiny_model_dir, tmp_path_factory, TINY_CONFIG, "tiny-server")
 
 
 @pytest.fixture(scope="session")
 def ngram_server(tiny_model_dir, tmp_path_factory):
     """A real `python -m serving` process on the tiny model that drafts by prompt lookup (n-gram)."""
-    log_path = tmp_path_factory.mktemp("ngram-server") / "ngram-server.log"
-    spec = LaunchSpec(model_dir=tiny_model_dir, config=NGRAM_CONFIG, port=free_port(), log_path=log_path,
-                      startup_timeout_s=180)
-    with launch(spec) as server:
-        yield server
+    yield from _serve_tiny(tiny_model_dir, tmp_path_factory, NGRAM_CONFIG, "ngram-server")

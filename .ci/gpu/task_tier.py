@@ -24,8 +24,6 @@ import sqlite3
 import time
 from pathlib import Path
 
-import httpx
-
 from autoresearch.plan import default_probe_config
 from eval import EvalStore, GatePolicy, build_probe_set, capture_reference, gate_candidate, measure_fidelity
 from eval.decision import baseline_problems
@@ -52,10 +50,6 @@ COMMON: dict = {}  # what every launch shares (--cache-tokens), baseline and can
 def _serve(model: Path, name: str, args: dict, engine: str = "exllamav3"):
     config = ServingConfig.from_dict({"engine": engine, "args": {**COMMON, **args}})
     return launch(LaunchSpec(model_dir=model, config=config, port=free_port(), log_path=STATE / f"{name}.log"))
-
-
-def _model(server) -> str:
-    return httpx.get(server.url + "/v1/models", timeout=30).json()["data"][0]["id"]
 
 
 def _save(report: dict) -> None:
@@ -111,7 +105,7 @@ def main() -> int:
                 one = dataclasses.replace(overrides, tasksets=(spec.name,))
                 t0 = time.monotonic()
                 run = run_suite(apply_overrides(suite, SuiteOverrides(tasksets=(spec.name,))),
-                                Endpoint(base_url=server.url, model=_model(server)), store=store,
+                                Endpoint(url=server.url), store=store,
                                 label=f"baseline:{spec.name}", model_manifest_hash=manifest, overrides=one,
                                 paths=paths, run_dir=STATE / "runs" / f"baseline-{spec.name}")
                 parts[spec.name] = {"suite_run_id": run.suite_run_id, "suite_s": round(time.monotonic() - t0, 1)}
@@ -149,7 +143,7 @@ def main() -> int:
                                          baseline_label="baseline", policy=policy, floor=floor,
                                          candidate_fidelity=fidelity)
             t0 = time.monotonic()
-            cand = run_suite(suite, Endpoint(base_url=server.url, model=_model(server)), store=store, label=name,
+            cand = run_suite(suite, Endpoint(url=server.url), store=store, label=name,
                              model_manifest_hash=manifest, overrides=overrides, paths=paths,
                              run_dir=STATE / "runs" / name, paired_with=base, policy=policy.tasks)
             suite_s = time.monotonic() - t0

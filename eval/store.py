@@ -1,7 +1,7 @@
 """results.db tables of the eval package: fidelity references and measurements, suite runs, decisions.
 
-The tables live in the loop's own database (SQLite or PostgreSQL, the URL is passed in) under their
-own MetaData and the `eval_` prefix, so they never touch Optuna's schema. Every row carries what it
+The tables (results.schema, `eval_` prefix) live in the loop's own database (SQLite or PostgreSQL,
+the URL is passed in), beside Optuna's; this module turns eval's records into their rows and back. Every row carries what it
 was measured against (model manifest hash, probe-set digest, server info) for provenance.
 
 Usage:
@@ -13,18 +13,15 @@ Usage:
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
-import math
-import time
 import zlib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+import results
 from eval.decision import GateDecision
 from eval.errors import EvalConfigError, MissingReference
 from eval.records import (
@@ -37,128 +34,16 @@ from eval.records import (
     SuiteResult,
     TasksetResult,
 )
-
-__all__ = ["EvalStore", "metadata", "to_jsonable"]
-
-metadata = sa.MetaData()
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
-fidelity_references = sa.Table(
-    "eval_fidelity_references",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True),
-    sa.Column("model_manifest_hash", sa.String(128), nullable=False),
-    sa.Column("probe_set_digest", sa.String(64), nullable=False),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, default=_now),
-    sa.Column("label", sa.String(200), nullable=False),
-    sa.Column("top_k", sa.Integer, nullable=False),
-    sa.Column("n_probes", sa.Integer, nullable=False),
-    sa.Column("n_positions", sa.Integer, nullable=False),
-    # fraction of positions where the baseline's teacher-forced argmax is its own greedy token:
-    # below 1 the engine is not deterministic between generation and scoring (worth knowing)
-    sa.Column("self_agreement", sa.Float, nullable=False),
-    sa.Column("probe_config", sa.JSON, nullable=False),
-    sa.Column("server", sa.JSON, nullable=False),
-    sa.Column("payload", sa.LargeBinary, nullable=False),  # zlib(JSON) of every probe's ids and top-k
-    sa.UniqueConstraint("model_manifest_hash", "probe_set_digest", name="uq_eval_reference_key"),
+from results.schema import (
+    decisions,
+    fidelity_measurements,
+    fidelity_references,
+    suite_runs,
+    taskset_results,
+    to_jsonable,  # re-exported for callers that still import it from here (eval.runner, autoresearch.trial)
 )
 
-fidelity_measurements = sa.Table(
-    "eval_fidelity_measurements",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True),
-    sa.Column("reference_id", sa.ForeignKey("eval_fidelity_references.id"), nullable=False),
-    sa.Column("role", sa.String(20), nullable=False),  # "noise_floor" or "candidate"
-    sa.Column("label", sa.String(200), nullable=False),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, default=_now),
-    sa.Column("n_probes", sa.Integer, nullable=False),
-    sa.Column("n_positions", sa.Integer, nullable=False),
-    sa.Column("kl_mean", sa.Float, nullable=False),
-    sa.Column("kl_p99", sa.Float, nullable=False),
-    sa.Column("kl_max", sa.Float, nullable=False),
-    sa.Column("top1_agreement", sa.Float, nullable=False),
-    sa.Column("top1_decisive_agreement", sa.Float, nullable=True),  # NULL in rows from before it existed
-    sa.Column("greedy_match_fraction", sa.Float, nullable=False),
-    sa.Column("greedy_full_matches", sa.Integer, nullable=False),
-    sa.Column("ref_token_logprob_delta_mean", sa.Float, nullable=False),
-    sa.Column("by_kind", sa.JSON, nullable=False),
-    sa.Column("per_probe", sa.JSON, nullable=False),
-    sa.Column("elapsed_s", sa.Float, nullable=False),
-    sa.Column("server", sa.JSON, nullable=False),
-)
-
-suite_runs = sa.Table(
-    "eval_suite_runs",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True),
-    sa.Column("suite", sa.String(50), nullable=False),
-    sa.Column("label", sa.String(200), nullable=False),
-    sa.Column("model_manifest_hash", sa.String(128), nullable=True),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, default=_now),
-    sa.Column("base_url", sa.String(500), nullable=False),
-    sa.Column("run_dir", sa.String(1000), nullable=False),
-    sa.Column("plan", sa.JSON, nullable=False),
-    sa.Column("provenance", sa.JSON, nullable=False),
-)
-
-taskset_results = sa.Table(
-    "eval_taskset_results",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True),
-    sa.Column("suite_run_id", sa.ForeignKey("eval_suite_runs.id"), nullable=False),
-    sa.Column("name", sa.String(100), nullable=False),
-    sa.Column("taskset_id", sa.String(200), nullable=False),
-    sa.Column("max_tokens", sa.Integer, nullable=False),
-    sa.Column("tasks", sa.Integer, nullable=False),
-    sa.Column("rollouts", sa.Integer, nullable=False),
-    sa.Column("failures", sa.Integer, nullable=False),
-    sa.Column("truncations", sa.Integer, nullable=False),
-    sa.Column("reward_mean", sa.Float, nullable=True),
-    sa.Column("output_tokens", sa.Integer, nullable=False),
-    sa.Column("model_time_s", sa.Float, nullable=False),
-    sa.Column("output_tok_per_s", sa.Float, nullable=True),
-    sa.Column("run_dir", sa.String(1000), nullable=False),
-    sa.Column("episodes", sa.JSON, nullable=False),
-    sa.UniqueConstraint("suite_run_id", "name", name="uq_eval_taskset_per_run"),
-)
-
-decisions = sa.Table(
-    "eval_decisions",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, default=_now),
-    sa.Column("model_manifest_hash", sa.String(128), nullable=False),
-    sa.Column("candidate_label", sa.String(200), nullable=False),
-    sa.Column("baseline_label", sa.String(200), nullable=False),
-    sa.Column("passed", sa.Boolean, nullable=False),
-    sa.Column("failed_stage", sa.String(20), nullable=True),
-    sa.Column("reasons", sa.JSON, nullable=False),
-    sa.Column("policy", sa.JSON, nullable=False),
-    sa.Column("evidence", sa.JSON, nullable=False),
-    sa.Column("floor_measurement_id", sa.ForeignKey("eval_fidelity_measurements.id"), nullable=True),
-    sa.Column("candidate_measurement_id", sa.ForeignKey("eval_fidelity_measurements.id"), nullable=True),
-    sa.Column("baseline_suite_run_id", sa.ForeignKey("eval_suite_runs.id"), nullable=True),
-    sa.Column("candidate_suite_run_id", sa.ForeignKey("eval_suite_runs.id"), nullable=True),
-)
-
-
-def to_jsonable(value: Any) -> Any:
-    """Dataclasses, tuples and mappings to plain JSON types (for evidence columns)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):  # NaN and infinities are not JSON
-        return None
-    if isinstance(value, Path):
-        return str(value)
-    return value
+__all__ = ["EvalStore", "to_jsonable"]
 
 
 def _encode_probes(probes: tuple[ProbeReference, ...]) -> bytes:
@@ -210,49 +95,11 @@ def _metrics_from_row(row: Any) -> FidelityMetrics:
     )
 
 
-# Columns added after the first release, as (table, column, SQL type): added in place, nullable, so a
-# results.db from an older version keeps every row it holds.
-_ADDED_COLUMNS = (("eval_fidelity_measurements", "top1_decisive_agreement", "FLOAT"),)
-
-
-def _add_missing_columns(engine: Engine) -> None:
-    def has(table: str, column: str) -> bool:
-        return column in {c["name"] for c in sa.inspect(engine).get_columns(table)}
-
-    for table, column, sql_type in _ADDED_COLUMNS:
-        if has(table, column):
-            continue
-        try:
-            with engine.begin() as conn:
-                conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
-        except (sa.exc.ProgrammingError, sa.exc.OperationalError):
-            if not has(table, column):  # not a concurrent worker adding it first: a real failure
-                raise
-
-
-def create_tables(meta: sa.MetaData, engine: Engine, attempts: int = 5) -> None:
-    """create_all, tolerating a concurrent creator: workers sharing one PostgreSQL start together."""
-    for attempt in range(attempts):
-        try:
-            meta.create_all(engine)
-            return
-        except (sa.exc.IntegrityError, sa.exc.ProgrammingError, sa.exc.OperationalError):
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.5 + attempt)  # the other worker's CREATE commits; checkfirst then sees it
-
-
 class EvalStore:
-    """The eval tables in one database. Creates them (only them) on first use."""
+    """The eval tables in one database (opening migrates the results tables: results.connect)."""
 
     def __init__(self, url_or_engine: str | Engine):
-        if isinstance(url_or_engine, Engine):
-            self.engine = url_or_engine
-        else:
-            connect_args = {"timeout": 60} if str(url_or_engine).startswith("sqlite") else {}
-            self.engine = sa.create_engine(url_or_engine, connect_args=connect_args)
-        create_tables(metadata, self.engine)
-        _add_missing_columns(self.engine)
+        self.engine = results.connect(url_or_engine)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -301,8 +148,8 @@ class EvalStore:
                     n_probes=len(reference.probes),
                     n_positions=reference.n_positions,
                     self_agreement=self_agreement,
-                    probe_config=to_jsonable(dict(probe_config)),
-                    server=to_jsonable(dict(server)),
+                    probe_config=probe_config,
+                    server=server,
                     payload=_encode_probes(reference.probes),
                 )
             )
@@ -345,16 +192,15 @@ class EvalStore:
         if role not in ("noise_floor", "candidate"):
             raise EvalConfigError(f"measurement role must be 'noise_floor' or 'candidate', got {role!r}")
         values = {f.name: getattr(metrics, f.name) for f in dataclasses.fields(metrics)}
-        values["by_kind"] = to_jsonable(metrics.by_kind)
         with self.engine.begin() as conn:
             result = conn.execute(
                 sa.insert(fidelity_measurements).values(
                     reference_id=reference_id,
                     role=role,
                     label=label,
-                    per_probe=to_jsonable(per_probe),
+                    per_probe=per_probe,
                     elapsed_s=elapsed_s,
-                    server=to_jsonable(dict(server)),
+                    server=server,
                     **values,
                 )
             )
@@ -402,8 +248,8 @@ class EvalStore:
                         model_manifest_hash=model_manifest_hash,
                         base_url=base_url,
                         run_dir=result.run_dir,
-                        plan=to_jsonable(dict(plan)),
-                        provenance=to_jsonable(dict(provenance)),
+                        plan=plan,
+                        provenance=provenance,
                     )
                 ).inserted_primary_key[0]
             )
@@ -411,7 +257,7 @@ class EvalStore:
                 values = {f.name: getattr(t, f.name) for f in dataclasses.fields(t) if f.name != "episodes"}
                 conn.execute(
                     sa.insert(taskset_results).values(
-                        suite_run_id=run_id, episodes=to_jsonable(t.episodes), **values
+                        suite_run_id=run_id, episodes=t.episodes, **values
                     )
                 )
         return run_id
@@ -451,9 +297,9 @@ class EvalStore:
         extra_evidence: Mapping[str, Any] | None = None,
     ) -> int:
         evidence = {
-            "fidelity": to_jsonable(decision.fidelity),
-            "tasksets": to_jsonable(decision.tasksets),
-            **to_jsonable(dict(extra_evidence or {})),
+            "fidelity": decision.fidelity,
+            "tasksets": decision.tasksets,
+            **dict(extra_evidence or {}),
         }
         with self.engine.begin() as conn:
             result = conn.execute(
@@ -464,7 +310,7 @@ class EvalStore:
                     passed=decision.passed,
                     failed_stage=decision.failed_stage,
                     reasons=list(decision.reasons),
-                    policy=to_jsonable(policy),
+                    policy=policy,
                     evidence=evidence,
                     floor_measurement_id=floor_measurement_id,
                     candidate_measurement_id=candidate_measurement_id,

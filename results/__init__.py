@@ -1,0 +1,34 @@
+"""The results store: the schema of everything the project writes beside Optuna's tables.
+
+- `schema`: the tables (ar_* for the loop, eval_* for the gate), `UTCDateTime`, `Json` and
+  `to_jsonable`, the one place records become JSON.
+- `migrate`: Alembic migrations with their own version table (`results_alembic_version`).
+- `engine`: engines for SQLite (WAL) and PostgreSQL; a private snapshot of a SQLite file to read.
+
+`connect(url)` is how a store opens a database: an engine whose results tables are at the current
+schema. autoresearch.db.ResultsDB and eval.store.EvalStore read and write through it; this package
+imports neither.
+
+Usage:
+    engine = results.connect("sqlite:///results.db")
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(results.schema.measurements)).all()
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Engine
+
+from results import schema
+from results.engine import make_engine, readable_storage
+from results.migrate import upgrade
+from results.schema import now, to_jsonable
+
+__all__ = ["connect", "make_engine", "now", "readable_storage", "schema", "to_jsonable", "upgrade"]
+
+
+def connect(url_or_engine: str | Engine) -> Engine:
+    """An engine for this database (a URL, or an engine made elsewhere), its results tables migrated."""
+    engine = make_engine(url_or_engine) if isinstance(url_or_engine, str) else url_or_engine
+    upgrade(engine)
+    return engine

@@ -5,9 +5,14 @@ server runs in its own process group so that stopping it reaches every child, lo
 file, and is stopped with SIGTERM, then SIGKILL; before the next start, its GPU memory must be
 free again. Failures are classified from the exit status and the log's tail.
 
+/health is read through bench's client (`bench.client.Client`), the project's one client for
+OpenAI-compatible servers: serving may import bench (bench imports no other package of this
+project, so the graph stays acyclic), as its overhead check does.
+
 Usage:
     with launch(LaunchSpec(model_dir=m, config=c, port=18020, log_path=Path("runs/x.log"))) as server:
-        httpx.get(server.url + "/v1/models")
+        with Client(Endpoint(url=server.url), timeout_s=30) as client:
+            client.models()
 """
 
 from __future__ import annotations
@@ -24,8 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
+from bench.client import Client, Endpoint
+from bench.errors import BenchError, ServerRejected
 from serving import gpu_memory
 from serving.config import ServingConfig
 from serving.errors import (
@@ -102,13 +107,13 @@ class ServerProcess:
     def wait_ready(self) -> None:
         """Poll /health until 200; raise the classified LaunchError if the server dies or times out."""
         deadline = time.monotonic() + self.spec.startup_timeout_s
-        with httpx.Client(timeout=5.0) as client:
+        with Client(Endpoint(url=self.url), timeout_s=5.0, connect_timeout_s=5.0) as client:
             while time.monotonic() < deadline:
                 failure = self.failure()
                 if failure is not None:
                     raise failure
-                with contextlib.suppress(httpx.HTTPError):
-                    if client.get(self.url + "/health").status_code == 200:
+                with contextlib.suppress(BenchError):  # not listening yet
+                    if client.health():
                         self.ready = True
                         return
                 time.sleep(0.25)
@@ -134,12 +139,15 @@ class ServerProcess:
                                            log_tail=self.log_tail()[-4000:])
         if self.ready:
             try:
-                health = httpx.get(self.url + "/health", timeout=10.0)
-            except httpx.HTTPError:
+                with Client(Endpoint(url=self.url), timeout_s=10.0) as client:
+                    client.get_json("/health")
+            except ServerRejected as exc:
+                # after it was ready, this server answers 503 only when its engine failed ({"status": "failed",
+                # "error": ...}; "loading" comes before ready): the client's detail is that error
+                if exc.status == 503:
+                    return ServerCrashed(f"the server's engine died: {exc.detail}", log_tail=self.log_tail()[-4000:])
+            except BenchError:
                 return None  # busy or slow is not dead; the process lives
-            if health.status_code == 503 and _json_field(health, "status") == "failed":
-                return ServerCrashed(f"the server's engine died: {_json_field(health, 'error')}",
-                                     log_tail=self.log_tail()[-4000:])
         return None
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -235,14 +243,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
-
-
-def _json_field(response: httpx.Response, name: str):
-    try:
-        body = response.json()
-    except ValueError:
-        return None
-    return body.get(name) if isinstance(body, dict) else None
 
 
 def _limit_memory(limit: int | None):

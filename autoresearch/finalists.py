@@ -174,7 +174,8 @@ def _launch_and_bench(plan: RunPlan, space: SearchSpace, t: optuna.trial.FrozenT
                    port=plan.port, vram_limit_bytes=plan.vram_bytes if plan.emulate_vram else None,
                    host_memory_limit_bytes=plan.host_memory_limit_bytes,
                    startup_timeout_s=plan.startup_timeout_s) as server:
-            result = run_bench(dataclasses.replace(plan.bench_plan, salt=secrets.token_hex(4)), Endpoint(url=server.url))
+            result = run_bench(dataclasses.replace(plan.bench_plan, salt=secrets.token_hex(4)), Endpoint(url=server.url),
+                               workload=plan.workload)
     except (LaunchError, BenchError) as exc:
         log.warning("finalist trial %d launch %d failed: %s", t.number, launch, exc)
         return None

@@ -1,7 +1,9 @@
 """The two objectives, read from a bench result, and the "clearly dominated" early stop.
 
-Decode: the geometric mean, over the decode ladder's points, of each point's median client-side
-decode rate: what a user of the server sees, token after token.
+Decode: the weighted geometric mean, over the decode ladder's points, of each point's median
+client-side decode rate: what a user of the server sees, token after token. A point's weight is its
+kind's share of the workload (bench.Workload: a suite's tasksets, weighted as the suite weights
+them), split equally among the decode contexts; without a workload every point weighs the same.
 Prefill: the same over the prefill ladder, of the server-timed prefill rate (uncached prompt
 tokens over the engine's own prefill time). The client's time adds a fixed ~70 ms of HTTP,
 templating and tokenizing that no knob changes; on a small fast model (a 0.5B prefills 8K tokens
@@ -28,6 +30,7 @@ __all__ = [
     "DECODE_RATE",
     "NOT_MEASURED",
     "PREFILL_RATE",
+    "decode_weights",
     "dominated_by",
     "geometric_mean",
     "objective_metrics",
@@ -43,11 +46,21 @@ PREFILL_RATE = "prefill_tok_per_s_server"
 NOT_MEASURED = (-math.inf, -math.inf)
 
 
-def geometric_mean(values: Iterable[float]) -> float:
+def geometric_mean(values: Iterable[float], weights: Iterable[float] | None = None) -> float:
     values = list(values)
+    weights = [1.0] * len(values) if weights is None else list(weights)
     if not values or any(not v > 0 for v in values):
         raise ValueError(f"a geometric mean needs positive values, got {values}")
-    return math.exp(sum(math.log(v) for v in values) / len(values))
+    if len(weights) != len(values) or any(not w > 0 for w in weights):
+        raise ValueError(f"a weighted geometric mean needs one positive weight per value, got {weights}")
+    return math.exp(sum(w * math.log(v) for v, w in zip(values, weights, strict=True)) / sum(weights))
+
+
+def decode_weights(result: BenchResult) -> dict[str, float]:
+    """Each decode sample key's weight in the decode objective: its kind's workload share."""
+    workload = result.plan.get("workload")
+    shares = workload["weights"] if workload else {}
+    return {f"{DECODE_RATE}@{d.context_tokens}/{d.kind}": shares.get(d.kind, 1.0) for d in result.decode}
 
 
 def objective_metrics(result: BenchResult) -> list[str]:
@@ -70,7 +83,9 @@ def objectives_from_bench(result: BenchResult) -> tuple[float, float]:
     if missing:
         points = {p.key: p for p in (*result.prefill, *result.decode)}
         raise Unmeasured("; ".join(_why(metric, points) for metric in missing))
-    return (geometric_mean(medians[m] for m in _decode_metrics(result)),
+    weights = decode_weights(result)
+    decode = _decode_metrics(result)
+    return (geometric_mean((medians[m] for m in decode), (weights[m] for m in decode)),
             geometric_mean(medians[m] for m in _prefill_metrics(result)))
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from autoresearch.errors import PlanError
 from autoresearch.model_source import ResolvedModel
-from bench import BenchPlan
+from bench import BenchPlan, Workload
 from eval import GatePolicy, ProbeSetConfig
 
 __all__ = ["RunPlan", "default_bench_plan", "default_probe_config", "study_name_for", "worker_name"]
@@ -70,6 +70,7 @@ class RunPlan:
     port: int = 18020
     seed: int = 0
     bench_plan: BenchPlan = field(default_factory=lambda: default_bench_plan("exllamav3"))
+    workload: Workload | None = None  # the tasks decode is measured on (bench_plan.workload summarises it)
     probe_config: ProbeSetConfig = field(default_factory=lambda: default_probe_config("exllamav3"))
     gate_policy: GatePolicy = field(default_factory=GatePolicy)
     suite_overrides: dict = field(default_factory=dict)  # e.g. {"limit": 2, "max_tokens": 64} for the offline suite
@@ -101,6 +102,9 @@ class RunPlan:
             raise PlanError(f"--study {self.study_name!r}: use letters, digits and . _ + - only")
         if self.finalists < 1 or self.finalist_launches < 1:
             raise PlanError("--finalists and --finalist-launches must be >= 1")
+        named = self.bench_plan.workload["sha256"] if self.bench_plan.workload else None
+        if self.workload is not None and named != self.workload.sha256:
+            raise PlanError("the bench plan names another workload than the one given")
 
     @property
     def study_dir(self) -> Path:

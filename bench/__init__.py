@@ -51,9 +51,12 @@ from bench.stats import (
     noise_floor,
     summarize,
 )
+from bench.workload import Workload, WorkloadKind
 
 __all__ = [
     "KINDS",
+    "Workload",
+    "WorkloadKind",
     "AsyncClient",
     "BenchConfigError",
     "BenchError",

@@ -96,14 +96,19 @@ def build_body(
     stream_options: bool,
     stream: bool = True,
     extra: dict[str, Any] | None = None,
+    system: str | None = None,
 ) -> dict[str, Any]:
-    """A greedy request for `text`, with only the optional fields the server accepts, plus `extra`."""
+    """A greedy request for `text`, with only the optional fields the server accepts, plus `extra`.
+
+    `system`: a system message before it (chat), or text before it (completions, which has no roles).
+    """
     body: dict[str, Any] = {**(extra or {}), "model": model, "max_tokens": max_tokens, "temperature": 0}
     body["stream"] = stream
     if api == "chat":
-        body["messages"] = [{"role": "user", "content": text}]
+        system_message = [{"role": "system", "content": system}] if system is not None else []
+        body["messages"] = [*system_message, {"role": "user", "content": text}]
     else:
-        body["prompt"] = text
+        body["prompt"] = text if system is None else f"{system}\n\n{text}"
     if ignore_eos:
         body["ignore_eos"] = True
     if stream and stream_options:

@@ -36,6 +36,7 @@ from bench.records import (
 )
 from bench.stats import find_stalls, is_settled, summarize
 from bench.telemetry import GpuMonitor
+from bench.workload import Workload
 
 __all__ = ["mark_stalls", "run_bench", "validate_run"]
 
@@ -84,19 +85,20 @@ def validate_run(
     return None
 
 
-def run_bench(plan: BenchPlan, endpoint: Endpoint) -> BenchResult:
-    """Measure `endpoint` as `plan` says.
+def run_bench(plan: BenchPlan, endpoint: Endpoint, *, workload: Workload | None = None) -> BenchResult:
+    """Measure `endpoint` as `plan` says; `workload` is the one the plan's summary names, if any.
 
     Raises:
         BenchConfigError: the plan does not fit the server (e.g. a length over its context window).
         ServerUnreachable: the server stopped answering.
         ServerRejected, ProtocolError: the server refused the set-up or does not speak OpenAI.
     """
+    _check_workload(plan, workload)
     started = datetime.now(UTC).isoformat(timespec="seconds")
     monitor = GpuMonitor.open(plan.gpu_index)
     try:
         with Client(endpoint, timeout_s=plan.request_timeout_s) as client:
-            session = _Session(plan, client, PromptSource(plan.salt), monitor)
+            session = _Session(plan, client, PromptSource(plan.salt, workload=workload), monitor)
             session.set_up()
             prefill = tuple(session.measure_prefill(t) for t in plan.prefill_tokens)
             decode = tuple(
@@ -116,6 +118,16 @@ def run_bench(plan: BenchPlan, endpoint: Endpoint) -> BenchResult:
         prefill=prefill,
         decode=decode,
     )
+
+
+def _check_workload(plan: BenchPlan, workload: Workload | None) -> None:
+    named = plan.workload["sha256"] if plan.workload else None
+    given = workload.sha256 if workload is not None else None
+    if named != given:
+        raise BenchConfigError(
+            f"the plan names workload {named or 'none'} but was given {given or 'none'}: "
+            "pass the workload file the plan was made from"
+        )
 
 
 def _host_info() -> dict[str, str]:
@@ -307,7 +319,7 @@ class _Session:
         )
         return PrefillPoint(target_tokens=target, warmups=warmups, runs=runs, settled=settled)
 
-    def measure_decode(self, context: int, kind: PromptKind) -> DecodePoint:
+    def measure_decode(self, context: int, kind: PromptKind | str) -> DecodePoint:
         """Greedy decode of exactly plan.decode_tokens after a natural `kind` prompt of `context` tokens."""
         n = self.plan.decode_tokens
         warmups, runs, settled = self._measure_point(
@@ -387,7 +399,8 @@ class _Session:
             max_tokens=max_tokens,
             ignore_eos=ignore_eos,
             stream_options=self._fields["stream_options"],
-            extra=self.plan.extra_body,
+            extra={**prompt.fields, **self.plan.extra_body},
+            system=prompt.system,
         )
         spec = RequestSpec(
             purpose=purpose,

@@ -46,7 +46,10 @@ class BenchPlan:
 
     prefill_tokens: tuple[int, ...] = (1024, 8192, 32768)  # prompt lengths of the TTFT ladder
     decode_context_tokens: tuple[int, ...] = (1024, 8192)  # prompt lengths before decoding
-    decode_kinds: tuple[PromptKind, ...] = KINDS  # one decode point per context and kind
+    decode_kinds: tuple[PromptKind | str, ...] = KINDS  # one decode point per context and kind
+    # a workload's summary (bench.workload.Workload.summary: name, sha256, weights): decode_kinds are
+    # then its kinds, and run_bench must be given the workload itself
+    workload: dict[str, Any] | None = None
     decode_tokens: int = 256  # fixed output length; runs that end short are invalid
     min_repeats: int = 3  # valid measured runs per point, at least
     max_repeats: int = 10  # measured runs per point, at most (valid or not)
@@ -77,10 +80,11 @@ class BenchPlan:
             raise BenchConfigError(
                 "nothing to measure: both prefill_tokens and decode_context_tokens are empty"
             )
-        bad = [k for k in self.decode_kinds if k not in KINDS]
+        allowed = tuple(self.workload["weights"]) if self._workload_ok() else KINDS
+        bad = [k for k in self.decode_kinds if k not in allowed]
         if bad or not self.decode_kinds:
             raise BenchConfigError(
-                f"decode_kinds {self.decode_kinds!r}: each must be one of {', '.join(KINDS)}"
+                f"decode_kinds {self.decode_kinds!r}: each must be one of {', '.join(allowed)}"
             )
         if self.decode_tokens < 3:
             raise BenchConfigError(f"decode_tokens must be >= 3 to time decoding, got {self.decode_tokens}")
@@ -107,6 +111,21 @@ class BenchPlan:
             )
         if self.request_timeout_s <= 0 or (self.max_cached_tokens is not None and self.max_cached_tokens < 0):
             raise BenchConfigError("request_timeout_s must be positive and max_cached_tokens >= 0 (or None)")
+
+    def _workload_ok(self) -> bool:
+        if self.workload is None:
+            return False
+        w = self.workload
+        if not (isinstance(w, dict) and isinstance(w.get("sha256"), str) and isinstance(w.get("weights"), dict)
+                and w["weights"]):
+            raise BenchConfigError(f"workload must be a Workload.summary() (name, sha256, weights), got {w!r}")
+        return True
+
+    def decode_weights(self) -> dict[str, float]:
+        """Each decode kind's share of the decode objective: the workload's, or equal shares."""
+        weights = self.workload["weights"] if self.workload else dict.fromkeys(self.decode_kinds, 1.0)
+        total = sum(weights[k] for k in self.decode_kinds)
+        return {k: weights[k] / total for k in self.decode_kinds}
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

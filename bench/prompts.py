@@ -20,11 +20,13 @@ Usage:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from bench.corpus import KINDS, CorpusItem, PromptKind, load_corpus
 from bench.errors import BenchConfigError
+from bench.workload import Workload
 
 __all__ = ["Prompt", "PromptSource", "TokenScale"]
 
@@ -36,20 +38,24 @@ _INSTRUCTIONS: dict[PromptKind, str] = {
 _LABELS: dict[PromptKind, str] = {"math": "Mathematics", "code": "Python", "mc": "Multiple choice"}
 _STRIDE = 7919  # a prime: consecutive serials start far apart in the corpus
 _NONCE_LETTERS = 10
+_MIN_CONTEXT_CHARS = 64  # less room than this for solved tasks: none
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Prompt:
     text: str
-    kind: PromptKind | str  # "mixed" for prefill study sets
+    kind: PromptKind | str  # "mixed" for prefill study sets; a workload's kind name
+    system: str | None = None  # a workload kind's system prompt (chat API), behind the nonce
+    fields: dict[str, Any] = field(default_factory=dict)  # a workload's request fields (thinking switch)
 
     @property
     def chars(self) -> int:
-        return len(self.text)
+        return len(self.text) + len(self.system or "")
 
     @property
     def sha256(self) -> str:
-        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+        whole = self.text if self.system is None else f"{self.system}\n\n{self.text}"
+        return hashlib.sha256(whole.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -94,11 +100,13 @@ class TokenScale:
 class PromptSource:
     """Builds prompts from the corpus; `salt` + `serial` make each one unique and reproducible."""
 
-    def __init__(self, salt: str, corpus: dict[PromptKind, tuple[CorpusItem, ...]] | None = None):
+    def __init__(self, salt: str, corpus: dict[PromptKind, tuple[CorpusItem, ...]] | None = None,
+                 workload: Workload | None = None):
         if not salt or any(c.isspace() for c in salt):
             raise BenchConfigError(f"prompt salt must be a non-empty word, got {salt!r}")
         self._salt = salt
         self._corpus = corpus if corpus is not None else load_corpus()
+        self._workload = workload
 
     def _nonce(self, serial: int) -> str:
         """Unique from its first character: the prompt's very first tokens differ from every other's.
@@ -121,8 +129,10 @@ class PromptSource:
         body = _fill(self._mixed_items(serial), chars - len(head) - len(tail))
         return Prompt(text=head + body + tail, kind="mixed")
 
-    def decode(self, kind: PromptKind, chars: int, serial: int) -> Prompt:
+    def decode(self, kind: PromptKind | str, chars: int, serial: int) -> Prompt:
         """Worked examples of `kind`, then one open problem of that kind and its instruction."""
+        if self._workload is not None and kind in self._workload.kind_names:
+            return self._workload_decode(kind, chars, serial)
         if kind not in KINDS:
             raise BenchConfigError(f"unknown prompt kind {kind!r}; expected one of {', '.join(KINDS)}")
         items = self._corpus[kind]
@@ -132,6 +142,25 @@ class PromptSource:
         context = self._items_after(kind, question, serial)
         body = _fill(context, chars - len(head) - len(tail))
         return Prompt(text=head + body + tail, kind=kind)
+
+    def _workload_decode(self, kind: str, chars: int, serial: int) -> Prompt:
+        """One of the workload's tasks as the user sends it, behind solved tasks of its kind up to `chars`.
+
+        The nonce opens the system prompt: a system prompt shared by every task would otherwise be a
+        prefix the server caches, and bench would judge every run a cache hit.
+        """
+        spec = self._workload.kind(kind)
+        question = spec.items[(serial * _STRIDE) % len(spec.items)]
+        system = f"{self._nonce(serial)} {spec.system}" if spec.system else None
+        lead = "" if system else f"{self._nonce(serial)} "
+        head, tail = "Solved tasks of this kind first, then yours.\n\n", "\n\nYour task.\n\n" + question.text
+        budget = chars - len(system or "") - len(lead) - len(head) - len(tail)
+        if budget < _MIN_CONTEXT_CHARS:  # the task alone is about as long as asked: send it as a user would
+            text = lead + question.text
+        else:
+            others = (item for item in _cycle(spec.items, serial * _STRIDE + 1) if item is not question)
+            text = lead + head + _fill(others, budget, solved=_solved_task) + tail
+        return Prompt(text=text, kind=kind, system=system, fields=dict(self._workload.request_fields))
 
     def _mixed_items(self, serial: int) -> Iterator[CorpusItem]:
         streams = [_cycle(self._corpus[k], serial * _STRIDE) for k in KINDS]
@@ -169,14 +198,18 @@ def _open(item: CorpusItem) -> str:
     )
 
 
-def _fill(items: Iterator[CorpusItem], budget: int) -> str:
+def _solved_task(item: CorpusItem) -> str:
+    return f"{item.text}\nAnswer: {item.answer}"
+
+
+def _fill(items: Iterator[CorpusItem], budget: int, solved: Callable[[CorpusItem], str] | None = None) -> str:
     """Join solved items until `budget` characters, cutting the last one at a word boundary."""
     if budget <= 0:
         return ""
     parts: list[str] = []
     used = 0
     for item in items:
-        block = _solved(item) + "\n\n"
+        block = (solved or _solved)(item) + "\n\n"
         if used + len(block) <= budget:
             parts.append(block)
             used += len(block)

@@ -95,7 +95,7 @@ class RequestSpec:
 
     purpose: Purpose
     point: str  # "prefill@8192", "decode@1024/math", or "probe"
-    prompt_kind: PromptKind | Literal["mixed"]
+    prompt_kind: PromptKind | str  # "mixed" for prefill study sets; a workload kind's name
     target_prompt_tokens: int | None
     prompt_chars: int
     prompt_sha256: str
@@ -320,7 +320,7 @@ class DecodePoint(_Point):
     """Batch-1 greedy streaming decode of a fixed length after a natural prompt of one kind."""
 
     context_tokens: int
-    kind: PromptKind
+    kind: PromptKind | str  # a corpus kind, or a workload kind (a suite's taskset)
     output_tokens: int
 
     @property

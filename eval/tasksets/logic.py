@@ -18,7 +18,7 @@ from pydantic import Field
 
 from eval.tasksets.package_data import verified_package_dir
 
-__all__ = ["LogicTaskset"]
+__all__ = ["LogicTaskset", "task_rows"]
 
 DEFAULT_GENERATORS = ("knights_knaves", "syllogism", "zebra_puzzles")
 
@@ -60,23 +60,31 @@ class LogicTask(vf.Task[LogicData]):
         return float(dataset.score_answer(extract_answer(trace.last_reply), entry))
 
 
+def task_rows(generators: list[str] | tuple[str, ...], size: int, seed: int):
+    """The tasks in run order (round-robin across generators) as plain rows: also a bench workload's source."""
+    from reasoning_gym.utils import SYSTEM_PROMPTS
+
+    datasets = [(g, _dataset(g, size, seed)) for g in generators]
+    for i in range(size):
+        for generator, dataset in datasets:
+            entry = dataset[i]
+            yield {"id": f"{generator}-{seed}-{i}", "prompt": entry["question"],
+                   "system_prompt": SYSTEM_PROMPTS["default"], "answer": str(entry["answer"]),
+                   "generator": generator, "entry_index": i}
+
+
 class LogicTaskset(vf.Taskset[LogicTask, LogicConfig]):
     def load(self):
-        from reasoning_gym.utils import SYSTEM_PROMPTS
-
-        size = self.config.size_per_generator
-        datasets = [(g, _dataset(g, size, self.config.seed)) for g in self.config.generators]
-        for i in range(size):
-            for generator, dataset in datasets:
-                entry = dataset[i]
-                data = LogicData(
-                    id=f"{generator}-{self.config.seed}-{i}",
-                    prompt=entry["question"],
-                    system_prompt=SYSTEM_PROMPTS["default"],
-                    answer=str(entry["answer"]),
-                    generator=generator,
-                    seed=self.config.seed,
-                    size=size,
-                    entry_index=i,
-                )
-                yield LogicTask(data, self.config.task)
+        size, seed = self.config.size_per_generator, self.config.seed
+        for row in task_rows(self.config.generators, size, seed):
+            data = LogicData(
+                id=row["id"],
+                prompt=row["prompt"],
+                system_prompt=row["system_prompt"],
+                answer=row["answer"],
+                generator=row["generator"],
+                seed=seed,
+                size=size,
+                entry_index=row["entry_index"],
+            )
+            yield LogicTask(data, self.config.task)

@@ -18,7 +18,7 @@ import verifiers.v1 as vf
 
 from eval.tasksets.package_data import verified_package_dir
 
-__all__ = ["MmathTaskset"]
+__all__ = ["MmathTaskset", "task_rows"]
 
 # mmath_eval.py's LANG_TO_INSTRUCTIONS["en"] (that module imports langchain, so it is not imported).
 INSTRUCTION_EN = "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
@@ -69,17 +69,25 @@ class MmathTask(vf.Task[MmathData]):
         return float(score_reply(trace.last_reply, self.data.answer))
 
 
+def task_rows(data_source: str, lang: str = "en"):
+    """The tasks of one data source as plain rows, prompt included: also a bench workload's source."""
+    for row in _rows(lang):
+        if row["data_source"] == data_source:
+            yield {"id": f"{row['data_source']}-{row['data_source_id']}",
+                   "prompt": INSTRUCTION_EN.format(question=row["question"]), "answer": str(row["answer"]),
+                   "data_source": row["data_source"], "data_source_id": int(row["data_source_id"]),
+                   "gid": int(row["gid"])}
+
+
 class MmathTaskset(vf.Taskset[MmathTask, MmathConfig]):
     def load(self):
-        for row in _rows(self.config.lang):
-            if row["data_source"] != self.config.data_source:
-                continue
+        for row in task_rows(self.config.data_source, self.config.lang):
             data = MmathData(
-                id=f"{row['data_source']}-{row['data_source_id']}",
-                prompt=INSTRUCTION_EN.format(question=row["question"]),
-                answer=str(row["answer"]),
+                id=row["id"],
+                prompt=row["prompt"],
+                answer=row["answer"],
                 data_source=row["data_source"],
-                data_source_id=int(row["data_source_id"]),
-                gid=int(row["gid"]),
+                data_source_id=row["data_source_id"],
+                gid=row["gid"],
             )
             yield MmathTask(data, self.config.task)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -82,6 +83,17 @@ def test_the_objectives_are_geometric_means_of_each_points_median():
     assert prefill == pytest.approx(math.sqrt(5000 * 1000))
     assert objective_metrics(result) == ["prefill_tok_per_s_server@1024", "prefill_tok_per_s_server@8192",
                                          "decode_tok_per_s_client@1024/math", "decode_tok_per_s_client@8192/math"]
+
+
+def test_decode_weights_each_kind_as_the_workload_does_and_splits_it_among_contexts():
+    result = _result({1024: [1000, 1000, 1000]},
+                     {(1024, "rg-math"): [400, 400, 400], (1024, "rg-logic"): [100, 100, 100],
+                      (8192, "rg-math"): [400, 400, 400], (8192, "rg-logic"): [100, 100, 100]})
+    result = dataclasses.replace(result, plan={"workload": {"weights": {"rg-math": 0.75, "rg-logic": 0.25}}})
+    decode, _ = objectives_from_bench(result)
+    assert decode == pytest.approx(400 ** 0.75 * 100 ** 0.25)  # not the unweighted 200
+    unweighted = dataclasses.replace(result, plan={})
+    assert objectives_from_bench(unweighted)[0] == pytest.approx(200.0)
 
 
 def test_a_point_without_a_valid_run_makes_the_result_unmeasured_never_a_mean_of_the_rest():

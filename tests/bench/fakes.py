@@ -70,9 +70,10 @@ class PrefixCachingFakeServer:
             self.prompts.append(prompt)
         return (shared // CHARS_PER_TOKEN) // self.page_tokens * self.page_tokens
 
-    def templated(self, content: str) -> str:
-        """ChatML, as Qwen2.5's template writes it (its default system prompt when one is set)."""
-        system = f"<|im_start|>system\n{self.system_prompt}<|im_end|>\n" if self.system_prompt else ""
+    def templated(self, content: str, system: str | None = None) -> str:
+        """ChatML, as Qwen2.5's template writes it: the request's system prompt, else the default one if set."""
+        system = system or self.system_prompt
+        system = f"<|im_start|>system\n{system}<|im_end|>\n" if system else ""
         return f"{system}<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n"
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -102,13 +103,15 @@ class PrefixCachingFakeServer:
                     return
                 fake.bodies.append(body)
                 received = time.perf_counter()
-                prompt = body["messages"][0]["content"]
+                messages = body["messages"]
+                prompt = messages[-1]["content"]
+                system = next((m["content"] for m in messages if m["role"] == "system"), None)
                 if len(fake.bodies) in fake.stall_posts:
                     fake.stalled_prompts.append(prompt)
                     fake.stalling = True
                     time.sleep(fake.stall_s)
                     fake.stalling = False
-                text = fake.templated(prompt)
+                text = fake.templated(prompt, system)
                 cached = fake.cached_tokens(text)
                 prompt_tokens = len(text) // CHARS_PER_TOKEN
                 time.sleep(2e-6 * (prompt_tokens - cached))  # "prefill" only what is not cached

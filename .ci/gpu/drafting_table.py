@@ -2,6 +2,8 @@
 
     source .device-kit/setup.sh && python .ci/gpu/drafting_table.py /tmp/real-model/exl3-4.0 [CONTEXT ...]
     DRAFTER=/tmp/real-model/exl3-2.5 adds the autoregressive draft model; ONLY=a,b runs those settings only.
+    WORKLOAD=FILE decodes on a bench workload (a suite's tasks by kind, `python -m eval workload`) instead of
+    bench's math/code/mc corpus; the rows then also carry the workload's weighted decode.
 
 Writes $OUT/drafting.json (one row per setting, context and kind) and bench-<setting>.json records.
 """
@@ -40,15 +42,26 @@ def main() -> int:
         spec = LaunchSpec(model_dir=model, config=ServingConfig.from_dict({"engine": "exllamav3", "args": args}),
                           port=free_port(), log_path=Path(f"/tmp/drafting/{name}.log"))
         path = OUT / f"bench-{name}.json"
+        source = ["--workload", os.environ["WORKLOAD"]] if os.environ.get("WORKLOAD") else ["--decode-kinds", "math,code,mc"]
         try:
             with launch(spec) as server:
                 subprocess.run([sys.executable, "-m", "bench", "--url", server.url, "--prefill", "8192", "--decode",
-                                ",".join(contexts), "--decode-kinds", "math,code,mc", "--decode-tokens", "256",
+                                ",".join(contexts), *source, "--decode-tokens", "256",
                                 "--max-repeats", "5", "--json", str(path)], check=True, stdout=subprocess.DEVNULL)
         except Exception as exc:  # one setting that fails must not hide the others
             rows.append({"setting": name, "error": f"{type(exc).__name__}: {exc}"})
             continue
         result = json.loads(path.read_text())
+        if result["plan"].get("workload"):  # the decode objective as the loop computes it
+            from autoresearch.objectives import objectives_from_bench
+            from bench import BenchResult
+
+            try:
+                weighted, _ = objectives_from_bench(BenchResult.from_dict(result))
+            except Exception as exc:  # an unmeasured point: say which, keep the per-kind rows
+                weighted = f"unmeasured: {exc}"
+            rows.append({"setting": name, "kind": "weighted", "decode_tok_per_s_client": weighted,
+                         "weights": result["plan"]["workload"]["weights"]})
         for p in result["decode"]:
             rows.append({"setting": name, "context": p["context_tokens"], "kind": p["kind"],
                          "decode_tok_per_s_client": (p["decode_tok_per_s_client"] or {}).get("median"),

@@ -126,3 +126,19 @@ def test_this_projects_server_is_measured_on_a_workload(tiny_server, tmp_path):
     for point in result.decode:
         assert len(point.valid_runs) >= 3, point.invalid_reasons
         assert point.decode_tok_per_s_client is not None
+
+
+def test_the_command_measures_a_workload_file_and_records_its_summary(tmp_path, capsys):
+    from bench.__main__ import main
+
+    wl = _workload()
+    wl.save(tmp_path / "w.json")
+    with PrefixCachingFakeServer(page_tokens=1) as fake:  # test double: a paged prefix cache
+        code = main(["--url", fake.url, "--no-gpu", "--prefill", "none", "--decode", "400", "--workload",
+                     str(tmp_path / "w.json"), "--decode-tokens", "8", "--repeats", "3", "--max-repeats", "3",
+                     "--json", str(tmp_path / "r.json")])
+    assert code == 0, capsys.readouterr()
+    stored = json.loads((tmp_path / "r.json").read_text())
+    assert [d["kind"] for d in stored["decode"]] == ["rg-math", "rg-logic"]
+    assert stored["plan"]["workload"]["sha256"] == wl.sha256
+    assert main(["--url", fake.url, "--no-gpu", "--workload", str(tmp_path / "missing.json")]) == 2

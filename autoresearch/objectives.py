@@ -25,6 +25,7 @@ import optuna
 
 from autoresearch.errors import Unmeasured
 from bench import BenchResult
+from bench.metrics import Metric
 
 __all__ = [
     "DECODE_RATE",
@@ -60,7 +61,7 @@ def decode_weights(result: BenchResult) -> dict[str, float]:
     """Each decode sample key's weight in the decode objective: its kind's workload share."""
     workload = result.plan.get("workload")
     shares = workload["weights"] if workload else {}
-    return {f"{DECODE_RATE}@{d.context_tokens}/{d.kind}": shares.get(d.kind, 1.0) for d in result.decode}
+    return {str(d.metric(DECODE_RATE)): shares.get(d.kind, 1.0) for d in result.decode}
 
 
 def objective_metrics(result: BenchResult) -> list[str]:
@@ -69,11 +70,11 @@ def objective_metrics(result: BenchResult) -> list[str]:
 
 
 def _prefill_metrics(result: BenchResult) -> list[str]:
-    return [f"{PREFILL_RATE}@{p.target_tokens}" for p in result.prefill]
+    return [str(p.metric(PREFILL_RATE)) for p in result.prefill]
 
 
 def _decode_metrics(result: BenchResult) -> list[str]:
-    return [f"{DECODE_RATE}@{d.context_tokens}/{d.kind}" for d in result.decode]
+    return [str(d.metric(DECODE_RATE)) for d in result.decode]
 
 
 def objectives_from_bench(result: BenchResult) -> tuple[float, float]:
@@ -89,17 +90,17 @@ def objectives_from_bench(result: BenchResult) -> tuple[float, float]:
             geometric_mean(medians[m] for m in _prefill_metrics(result)))
 
 
-def _why(metric: str, points: dict) -> str:
-    name, _, where = metric.partition("@")
-    point = points[("prefill@" if name.startswith("prefill") else "decode@") + where]
+def _why(key: str, points: dict) -> str:
+    metric = Metric.parse(key)
+    point = points[metric.point]
     reasons = Counter(point.invalid_reasons)
     if not point.runs:
         detail = "no run"
     elif reasons:
         detail = "; ".join(f"{n}x {reason}" for reason, n in reasons.most_common(3))
     else:
-        detail = f"the server reported no {name.split('_')[-1]}-side timing"
-    return f"{name}@{where}: {len(point.valid_runs)} valid of {len(point.runs)} runs ({detail})"
+        detail = f"the server reported no {'client' if metric.client_timed else 'server'}-side timing"
+    return f"{key}: {len(point.valid_runs)} valid of {len(point.runs)} runs ({detail})"
 
 
 def speedup_score(values: tuple[float, float], baseline: tuple[float, float]) -> float:

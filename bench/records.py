@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bench.corpus import PromptKind
+from bench.metrics import DECODE_RATES, PREFILL_RATES, Metric, Rate
 from bench.stats import Summary, drift_rel, summarize
 
 __all__ = [
@@ -283,7 +284,10 @@ class PrefillPoint(_Point):
 
     @property
     def key(self) -> str:
-        return f"prefill@{self.target_tokens}"
+        return Metric.prefill("prefill_tok_per_s_server", self.target_tokens).point
+
+    def metric(self, rate: Rate) -> Metric:
+        return Metric.prefill(rate, self.target_tokens)
 
     @property
     def ttft_s(self) -> Summary | None:
@@ -325,7 +329,10 @@ class DecodePoint(_Point):
 
     @property
     def key(self) -> str:
-        return f"decode@{self.context_tokens}/{self.kind}"
+        return self.metric("decode_tok_per_s_client").point
+
+    def metric(self, rate: Rate) -> Metric:
+        return Metric.decode(rate, self.context_tokens, self.kind)
 
     @property
     def decode_tok_per_s_client(self) -> Summary | None:
@@ -433,16 +440,14 @@ class BenchResult:
     def samples(self) -> dict[str, tuple[float, ...]]:
         """Valid per-run rates by metric key, for stats.compare and stats.noise_floor."""
         out: dict[str, tuple[float, ...]] = {}
-        for p in self.prefill:
-            for name in ("prefill_tok_per_s_client", "prefill_tok_per_s_server"):
-                vals = tuple(p._rates(name))
-                if vals:
-                    out[f"{name}@{p.target_tokens}"] = vals
-        for d in self.decode:
-            for name in ("decode_tok_per_s_client", "decode_tok_per_s_server"):
-                vals = tuple(d._rates(name))
-                if vals:
-                    out[f"{name}@{d.context_tokens}/{d.kind}"] = vals
+        for point, rates in ((p, PREFILL_RATES) for p in self.prefill):
+            for rate in rates:
+                if vals := tuple(point._rates(rate)):
+                    out[str(point.metric(rate))] = vals
+        for point, rates in ((d, DECODE_RATES) for d in self.decode):
+            for rate in rates:
+                if vals := tuple(point._rates(rate)):
+                    out[str(point.metric(rate))] = vals
         return out
 
     def headline(self) -> dict[str, float]:
@@ -455,7 +460,7 @@ class BenchResult:
         Kept apart from samples(): a configuration that does not draft has no acceptance, and
         compare() must not call that a missing measurement of its speed.
         """
-        return {f"spec_acceptance@{d.context_tokens}/{d.kind}": d.spec_acceptance for d in self.decode
+        return {str(d.metric("spec_acceptance")): d.spec_acceptance for d in self.decode
                 if d.spec_acceptance is not None}
 
     @property

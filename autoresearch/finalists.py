@@ -28,6 +28,7 @@ from autoresearch.errors import Unmeasured
 from autoresearch.objectives import objective_metrics, objectives_from_bench, speedup_score
 from autoresearch.plan import RunPlan, worker_name
 from autoresearch.servers import serve
+from autoresearch.study import feasible
 from bench import BenchResult, Endpoint, MissingMetric, NoiseFloor, compare, noise_floor, run_bench
 from bench.errors import BenchError
 from search_space import SearchSpace, config_from_params
@@ -55,7 +56,7 @@ class Champion:
 
 def feasible_front(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     """Feasible COMPLETE trials on the Pareto front (Optuna's best_trials filters by constraints)."""
-    return [t for t in study.best_trials if all(c <= 0 for c in t.user_attrs.get("constraints", [1.0]))]
+    return [t for t in study.best_trials if feasible(t)]
 
 
 def _pooled(results: list[BenchResult]) -> dict[str, tuple[float, ...]]:

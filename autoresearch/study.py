@@ -19,16 +19,26 @@ from autoresearch.errors import PlanError, StudyError
 from autoresearch.plan import OBJECTIVES, RunPlan
 from search_space import SearchSpace, baseline_params
 
-__all__ = ["CONSTRAINTS", "baseline_trial_params", "constraints_of", "open_study", "params_with"]
+__all__ = ["CONSTRAINTS", "baseline_trial_params", "constraints_of", "feasible", "open_study", "params_with"]
 
 log = logging.getLogger(__name__)
-# Each <= 0 when satisfied, in this order in the `constraints` user attribute (the dashboard's and TPE's).
+# Each <= 0 when satisfied. A trial sets them by name (Optuna's trial.set_constraint): the one record.
 CONSTRAINTS = ("fits", "launch_ok", "measured", "fidelity", "tasks")
 
 
 def constraints_of(trial: optuna.trial.FrozenTrial) -> list[float]:
-    """TPE's constraints_func, also what optuna-dashboard 0.21 draws feasibility from."""
-    return list(trial.user_attrs.get("constraints", [1.0] * len(CONSTRAINTS)))
+    """TPE's constraints_func: the trial's named constraints in CONSTRAINTS order (unset: violated).
+
+    Optuna then stores this list as the trial's system attr "constraints", which is what
+    optuna-dashboard 0.21 draws (its _serializer.py reads trial_system_attrs["constraints"] only)."""
+    named = trial.constraints
+    return [named.get(k, 1.0) for k in CONSTRAINTS]
+
+
+def feasible(trial: optuna.trial.FrozenTrial) -> bool:
+    """COMPLETE with every constraint Optuna holds for it satisfied (none held: not feasible)."""
+    constraints = trial.constraints.values()
+    return trial.state == optuna.trial.TrialState.COMPLETE and bool(constraints) and all(c <= 0 for c in constraints)
 
 
 def _storage(plan: RunPlan) -> optuna.storages.RDBStorage:

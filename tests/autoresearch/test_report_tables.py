@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import optuna
 
 from autoresearch.db import ResultsDB
-from autoresearch.report import _measured_table
+from autoresearch.report import render_section
+from autoresearch.snapshot import read_finalists, read_measured, read_task_tier
 
 
 def _gpu(uuid: str) -> dict:
@@ -32,7 +33,7 @@ def _study_with_trials(tmp_path, uuids):
         db.add_provenance(study="s", trial=i, config_digest=f"c{i}", model_manifest_hash="0" * 64,
                           engine="exllamav3", details=_gpu(uuid))
     base = study.trials[0].user_attrs["config"]
-    return _measured_table(study, db, SimpleNamespace(study_name="s"), base)
+    return render_section("measured_table", read_measured(study, db, "s", base)).splitlines()
 
 
 def test_every_measured_configuration_is_listed_with_its_fidelity_and_gpu(tmp_path):
@@ -50,8 +51,6 @@ def test_a_study_that_moved_between_gpus_says_so(tmp_path):
 
 
 def test_the_finalists_table_names_the_baseline_and_the_confirmed_finalist():
-    from autoresearch.report import _finalists_table
-
     finals = [
         {"round": 1, "trial": 3, "decode_tok_per_s": 57.08, "prefill_tok_per_s": 5928.5,
          "verdict": {"qualified": True, "speedup": 1.042, "baseline_values": [56.17, 5553.5]}},
@@ -59,7 +58,7 @@ def test_the_finalists_table_names_the_baseline_and_the_confirmed_finalist():
          "verdict": {"qualified": False, "speedup": 0.9, "baseline": [56.17, 5553.5]}},  # an older row's layout
         {"round": 1, "trial": 0, "decode_tok_per_s": 56.17, "prefill_tok_per_s": 5553.5, "verdict": {"baseline": True}},
     ]
-    rows = _finalists_table(finals)[-3:]
+    rows = render_section("finalists_table", read_finalists(finals)).splitlines()[-3:]
     assert rows[0] == "| 1 | 3 | 57.08 | 5,928.5 | 1.042x | confirmed faster |"
     assert rows[1].endswith("| 0.900x | not confirmed faster |")
     assert rows[2] == "| 1 | 0 | 56.17 | 5,553.5 | 1.000x | baseline |"
@@ -68,7 +67,6 @@ def test_the_finalists_table_names_the_baseline_and_the_confirmed_finalist():
 def test_the_task_tier_reports_every_paired_test_with_its_power(tmp_path):
     import dataclasses
 
-    from autoresearch.report import _task_tier_lines
     from eval import EvalStore, GatePolicy, TaskPolicy, compare_taskset, decide
     from tests.eval.test_decision import _big
 
@@ -78,10 +76,11 @@ def test_the_task_tier_reports_every_paired_test_with_its_power(tmp_path):
     store.save_decision(decide(tasksets=[verdict]), model_manifest_hash="m", candidate_label="s:trial-3:abcdef",
                         baseline_label="s:baseline", policy=GatePolicy())
     plan = SimpleNamespace(study_name="s", model=SimpleNamespace(manifest_hash="m"), gate_policy=GatePolicy())
-    text = "\n".join(_task_tier_lines(plan, store))
+    text = render_section("task_tier", read_task_tier(plan, store))
     assert "detect a 5% accuracy drop with power 80% when 10% of tasks flip" in text
     assert "Partial credit counts as a wrong answer" in text
     row = f"| 3 | aime25 | rejected | {verdict.tasks_used} / 600 | {verdict.lost} | 0 | {verdict.power:.0%} |"
     assert row in text
     smoke = dataclasses.replace(plan.gate_policy, tasks=TaskPolicy(judge=False))
-    assert "nothing was judged" in "\n".join(_task_tier_lines(SimpleNamespace(**{**vars(plan), "gate_policy": smoke}), store))
+    smoke_plan = SimpleNamespace(**{**vars(plan), "gate_policy": smoke})
+    assert "nothing was judged" in render_section("task_tier", read_task_tier(smoke_plan, store))

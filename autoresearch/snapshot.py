@@ -1,0 +1,351 @@
+"""One study as RESULTS.md shows it: `read_snapshot` reads Optuna's trials and the results store once
+into the typed records below, and autoresearch/RESULTS.md.jinja renders them (autoresearch.report).
+
+Every number is read back from what is stored; nothing here is computed except ratios of stored
+numbers and which stored rows a table shows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from autoresearch.db import ResultsDB
+from autoresearch.finalists import feasible_front, load_champion
+from autoresearch.objectives import DECODE_RATE, PREFILL_RATE
+from autoresearch.plan import RunPlan
+from autoresearch.provenance import gpu_uuid
+from autoresearch.study import feasible
+from eval import EvalStore
+from results import to_jsonable
+
+__all__ = ["StudySnapshot", "changed_knobs", "read_snapshot"]
+
+
+def changed_knobs(config: dict, baseline: dict) -> str:
+    """The config's differences from the baseline, e.g. `max_chunk_size=4096, EXL3_INT8_GEMV=0`."""
+    diffs = [f"{k}={v}" for k, v in sorted(config.get("args", {}).items()) if baseline.get("args", {}).get(k) != v]
+    diffs += [f"{k}={v}" for k, v in sorted(config.get("env", {}).items()) if baseline.get("env", {}).get(k) != v]
+    diffs += [f"{k}=(exllamav3 default)" for k in sorted(baseline.get("env", {})) if k not in config.get("env", {})]
+    return ", ".join(diffs) or "(baseline)"
+
+
+@dataclass(frozen=True)
+class Champion:
+    trial: int | None  # None: the baseline is the champion
+    decode: float | None
+    prefill: float | None
+    speedup: float
+    reason: str
+    changes: str
+
+    @property
+    def who(self) -> str:
+        return "the baseline" if self.trial is None else f"trial {self.trial}"
+
+
+@dataclass(frozen=True)
+class FrontRow:
+    trial: int
+    decode: float
+    prefill: float
+    decode_ratio: float | None  # None: no baseline to compare with
+    prefill_ratio: float | None
+    changes: str
+
+
+@dataclass(frozen=True)
+class Point:
+    """A completed trial with measured values, as the Pareto plot draws it."""
+    trial: int
+    decode: float
+    prefill: float
+    feasible: bool
+    on_front: bool
+
+
+@dataclass(frozen=True)
+class FinalistRow:
+    round: int
+    trial: int
+    decode: float | None
+    prefill: float | None
+    speedup: float | None
+    decision: str
+
+
+@dataclass(frozen=True)
+class Confirmer:
+    """The one worker (and GPU) that confirmed the last round."""
+    round: int
+    worker: str
+    gpu: dict
+    cuda_visible_devices: str | None
+
+
+@dataclass(frozen=True)
+class Finalists:
+    rows: list[FinalistRow]
+    confirmer: Confirmer | None
+
+
+@dataclass(frozen=True)
+class Baseline:
+    trial: int
+    decode: float | None
+    prefill: float | None
+    config_digest: str
+    speed_floor: list[tuple[str, float]]  # (bench key, relative spread), decode and prefill keys only
+    fidelity_floor: dict | None  # the baseline's fidelity metrics (kl_mean, kl_p99, top1_agreement, ...)
+    config_json: str
+
+
+@dataclass(frozen=True)
+class MeasuredRow:
+    trial: int
+    outcome: str
+    speeds: dict[str, float | None]  # by bench headline key
+    fidelity: dict | None  # kl_mean, top1_agreement, top1_decisive_agreement (None before it existed)
+    gpu: str
+    changes: str
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Every trial's first-launch bench medians and fidelity, whatever the gate made of it."""
+    columns: list[tuple[str, str]]  # (bench headline key, column title), in table order
+    rows: list[MeasuredRow]
+    gpu_count: int
+
+
+@dataclass(frozen=True)
+class TasksetRow:
+    name: str
+    run: str  # "baseline" or "champion (trial N)"
+    result: Any  # eval.records.TasksetResult
+
+
+@dataclass(frozen=True)
+class TaskDecisionRow:
+    trial: str
+    verdict: dict  # eval's stored taskset verdict: name, decision, tasks_used, paired_tasks, lost, gained, power...
+
+
+@dataclass(frozen=True)
+class TaskTier:
+    policy: Any  # eval.decision.TaskPolicy
+    decisions: list[TaskDecisionRow]
+
+
+@dataclass(frozen=True)
+class Provenance:
+    manifest_hash: str
+    manifest_path: str
+    engine: str
+    engine_version: str | None
+    torch_version: str | None
+    cuda_version: str
+    gpu_name: str | None
+    gpu_driver: str | None
+    power_limit_w: Any
+    platform: str
+    commit: str | None
+    dirty: bool
+
+
+@dataclass(frozen=True)
+class StudySnapshot:
+    plan: RunPlan
+    generated: dt.datetime
+    stopped: str | None  # why the study stopped before any baseline completed
+    fidelity_gate: dict  # the fidelity policy as the stored decisions applied it
+    champion: Champion | None
+    front: list[FrontRow]
+    finalists: Finalists
+    baseline: Baseline | None
+    rejected: list[tuple[int, str, str, str]]  # trial, outcome, reasons, changes
+    measured: Measured
+    tasksets: list[TasksetRow] | None  # None: no suite ran
+    task_tier: TaskTier | None  # None: no suite ran
+    provenance: Provenance | None
+    points: list[Point]
+    plot: str | None = None  # the Pareto plot's file name, once drawn
+
+
+def _gpu_of(details: dict) -> str:
+    """A short name of the physical GPU a measurement ran on (UUIDs tell apart cards of one model)."""
+    name = ((details.get("gpu") or {}).get("details") or {}).get("name", "cpu")
+    uuid = gpu_uuid(details)
+    return f"{name} …{uuid[-6:]}" if uuid else str(name)
+
+
+def _stopped(trials: list[optuna.trial.FrozenTrial], baseline) -> str | None:
+    if baseline is not None:
+        return None
+    failed = [t for t in trials if t.user_attrs.get("role") == "baseline"
+              and t.user_attrs.get("outcome") in ("unmeasured", "baseline_tasks_invalid")]
+    return "; ".join(failed[-1].user_attrs.get("reasons", [])) if failed else None
+
+
+def measured_column(key: str) -> str | None:
+    """The title of a bench headline key's column in the measured table, or None to leave it out.
+
+    A new column: return its title here (decode columns sort first, then by key)."""
+    if "_client@" in key or key.startswith("prefill_tok_per_s_server"):
+        return key.replace("_tok_per_s", "")
+    return None
+
+
+def read_measured(study: optuna.Study, db: ResultsDB, study_name: str, base_cfg: dict) -> Measured:
+    gpus = {row["trial"]: _gpu_of(row["details"]) for row in db.provenance(study=study_name)}
+    rows: list[MeasuredRow] = []
+    keys: list[str] = []
+    for t in study.get_trials(deepcopy=False):
+        bench = [r["payload"] for r in db.measurements(study=study_name, kind="bench", trial=t.number)
+                 if r["launch"] == 0]
+        if not bench:
+            continue
+        headline = bench[-1].get("headline", {})
+        keys += [k for k in headline if k not in keys and measured_column(k) is not None]
+        fid = [r["payload"]["metrics"] for r in db.measurements(study=study_name, kind="fidelity", trial=t.number)]
+        outcome = "baseline" if t.user_attrs.get("role") == "baseline" else t.user_attrs.get("outcome", t.state.name)
+        rows.append(MeasuredRow(trial=t.number, outcome=outcome, speeds=headline, fidelity=fid[-1] if fid else None,
+                                gpu=gpus.get(t.number, "-"), changes=changed_knobs(t.user_attrs.get("config", {}),
+                                                                                   base_cfg)))
+    keys.sort(key=lambda k: (not k.startswith("decode"), k))
+    return Measured(columns=[(k, measured_column(k)) for k in keys], rows=rows, gpu_count=len(set(gpus.values())))
+
+
+def _decisions(plan: RunPlan, store: EvalStore) -> list[dict]:
+    return [r for r in store.decision_rows(plan.model.manifest_hash)
+            if str(r["candidate_label"]).startswith(plan.study_name + ":")]
+
+
+def read_fidelity_gate(plan: RunPlan, store: EvalStore) -> dict:
+    """The fidelity gate as its stored decisions applied it (the plan's, before any decision exists)."""
+    rows = _decisions(plan, store)
+    return rows[-1]["policy"]["fidelity"] if rows else to_jsonable(plan.gate_policy)["fidelity"]
+
+
+def read_task_tier(plan: RunPlan, store: EvalStore) -> TaskTier:
+    """Every candidate's paired test per taskset (verdicts from before the sequential test are left out)."""
+    rows = []
+    for row in _decisions(plan, store):
+        trial = str(row["candidate_label"]).split(":")[-2].removeprefix("trial-")
+        rows += [TaskDecisionRow(trial, v) for v in row["evidence"].get("tasksets") or [] if "decision" in v]
+    return TaskTier(policy=plan.gate_policy.tasks, decisions=rows)
+
+
+def _finalist_row(f: dict) -> FinalistRow:
+    v = f["verdict"]
+    if v.get("baseline") is True:  # rows of older versions hold the baseline's numbers under this key
+        decision, speedup = "baseline", 1.0
+    else:
+        decision = "confirmed faster" if v.get("qualified") else v.get("reason", "not confirmed faster")
+        speedup = v.get("speedup")
+    return FinalistRow(f["round"], f["trial"], f["decode_tok_per_s"], f["prefill_tok_per_s"], speedup, decision)
+
+
+def read_finalists(finals: list[dict]) -> Finalists:
+    confirmer = None
+    if finals:
+        last = [f["verdict"] for f in finals if f["round"] == finals[-1]["round"]]
+        if who := next((v for v in last if v.get("worker")), None):  # one worker confirms, on one GPU
+            confirmer = Confirmer(finals[-1]["round"], who["worker"], who.get("gpu") or {},
+                                  who.get("cuda_visible_devices"))
+    return Finalists(rows=[_finalist_row(f) for f in finals], confirmer=confirmer)
+
+
+def _read_baseline(study: optuna.Study, db: ResultsDB, study_name: str, baseline) -> Baseline | None:
+    if baseline is None:
+        return None
+    evidence = study.user_attrs.get("baseline_evidence", {})
+    floor = sorted((k, v) for k, v in (evidence.get("speed_floor") or {}).items()
+                   if k.startswith((DECODE_RATE, PREFILL_RATE)))
+    fid = [r["payload"] for r in db.measurements(study=study_name, kind="fidelity", trial=baseline.number)]
+    config = baseline.user_attrs["config"]
+    return Baseline(trial=baseline.number, decode=baseline.values[0], prefill=baseline.values[1],
+                    config_digest=baseline.user_attrs.get("config_digest", "")[:12], speed_floor=floor,
+                    fidelity_floor=fid[-1]["metrics"] if fid else None,
+                    config_json=json.dumps(config, indent=1, sort_keys=True))
+
+
+def _read_champion(study: optuna.Study, base_cfg: dict) -> Champion | None:
+    champion = load_champion(study)
+    if not champion:
+        return None
+    return Champion(trial=None if champion["is_baseline"] else champion["trial"],
+                    decode=champion["decode_tok_per_s"], prefill=champion["prefill_tok_per_s"],
+                    speedup=champion["speedup"], reason=champion["reason"],
+                    changes=changed_knobs(champion["config"], base_cfg))
+
+
+def _read_tasksets(db: ResultsDB, store: EvalStore, study_name: str, trial: int | None, run: str) -> list[TasksetRow]:
+    rows = db.measurements(study=study_name, kind="suite", trial=trial) if trial is not None else []
+    if not rows:
+        return []
+    result = store.load_suite_result(rows[-1]["payload"]["suite_run_id"])
+    return [TasksetRow(t.name, run, t) for t in result.tasksets]
+
+
+def _read_provenance(plan: RunPlan, db: ResultsDB) -> Provenance | None:
+    prov = db.provenance(study=plan.study_name)
+    if not prov:
+        return None
+    last = prov[-1]
+    details = last["details"]
+    project = details.get("project") or {}
+    return Provenance(
+        manifest_hash=plan.model.manifest_hash, manifest_path=str(plan.model.manifest_path), engine=last["engine"],
+        engine_version=last["engine_version"], torch_version=last["torch_version"],
+        cuda_version=(details.get("server_info") or {}).get("cuda_version", "-"), gpu_name=last["gpu_name"],
+        gpu_driver=last["gpu_driver"],
+        power_limit_w=(((details.get("gpu") or {}).get("details") or {}).get("power_limit_w")),
+        platform=details.get("host", {}).get("platform", "-"), commit=project.get("commit"),
+        dirty=bool(project.get("dirty")))
+
+
+def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalStore) -> StudySnapshot:
+    """Everything RESULTS.md shows of this study, read once."""
+    trials = study.get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    baseline = next((t for t in complete if t.user_attrs.get("role") == "baseline"), None)
+    base_cfg = baseline.user_attrs["config"] if baseline else {}
+    base_vals = tuple(baseline.values) if baseline else (None, None)
+
+    def ratio(x: float | None, base: float | None) -> float | None:
+        return x / base if x and base else None
+
+    front = [FrontRow(t.number, t.values[0], t.values[1], ratio(t.values[0], base_vals[0]),
+                      ratio(t.values[1], base_vals[1]), changed_knobs(t.user_attrs.get("config", {}), base_cfg))
+             for t in sorted(feasible_front(study), key=lambda t: -t.values[0])]
+    rejected = [(t.number, t.user_attrs["outcome"], "; ".join(t.user_attrs.get("reasons", []))[:300].replace("|", "/"),
+                 changed_knobs(t.user_attrs.get("config", {}), base_cfg))
+                for t in trials if t.user_attrs.get("role") != "baseline"
+                and t.user_attrs.get("outcome") not in (None, "passed")]
+    on_front = {r.trial for r in front}
+    points = [Point(t.number, t.values[0], t.values[1], feasible(t), t.number in on_front)
+              for t in complete if t.values and min(t.values) > 0]
+    champion = _read_champion(study, base_cfg)
+    tasksets = task_tier = None
+    if plan.suite != "none":
+        champ_trial = champion.trial if champion else None
+        tasksets = (_read_tasksets(db, store, plan.study_name, baseline.number if baseline else None, "baseline")
+                    + _read_tasksets(db, store, plan.study_name, champ_trial, f"champion (trial {champ_trial})"))
+        task_tier = read_task_tier(plan, store)
+    return StudySnapshot(
+        plan=plan, generated=dt.datetime.now(dt.UTC), stopped=_stopped(trials, baseline),
+        fidelity_gate=read_fidelity_gate(plan, store), champion=champion, front=front,
+        finalists=read_finalists(db.finalists(study=plan.study_name)),
+        baseline=_read_baseline(study, db, plan.study_name, baseline), rejected=rejected,
+        measured=read_measured(study, db, plan.study_name, base_cfg), tasksets=tasksets, task_tier=task_tier,
+        provenance=_read_provenance(plan, db), points=points)
+
+
+def with_plot(snapshot: StudySnapshot, name: str | None) -> StudySnapshot:
+    return dataclasses.replace(snapshot, plot=name)

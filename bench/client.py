@@ -9,6 +9,8 @@ read where present: `prompt_tokens_details.cached_tokens`, `timings.{queue_s,pre
 `speculative.{accepted_tokens,rejected_tokens}` (this project's server), or llama.cpp's top-level
 `timings.{prompt_ms,predicted_ms,cache_n}`. `/v1/server_info` and `/health` are optional: a server
 without them answers None and False. Streams are read by `bench.sse.SSEDecoder`, the one SSE parser.
+Why ~450 lines in one module: the sync and async clients share the request building, the error
+mapping and the usage parsing here, so the one client has one surface.
 
 Usage:
     endpoint = Endpoint.from_key_file("http://127.0.0.1:18020/v1", Path("key.txt"))  # url: the root

@@ -3,7 +3,8 @@
 Measurement hygiene lives here: warm-up requests are discarded; each point repeats until the
 median's interval is tight or the cap is reached; each run is checked (prefix-cache hit, short
 completion, failure, a stall on a one-time cost while the GPU sat idle) and an invalid run is kept
-as data but never averaged in.
+as data but never averaged in. The validity rules themselves live in bench.validity. (About 430
+lines: the session's set-up and its ladders share one state, the server profile and token scale.)
 
 Usage:
     result = run_bench(BenchPlan(prefill_tokens=(1024, 8192)), Endpoint(url="http://127.0.0.1:18020"))
@@ -34,11 +35,14 @@ from bench.records import (
     RequestSpec,
     ServerProfile,
 )
-from bench.stats import find_stalls, is_settled, summarize
+from bench.stats import is_settled, summarize
 from bench.telemetry import GpuMonitor
+from bench.validity import DECODE_RATE as _DECODE_RATE
+from bench.validity import mark_run_stalls as _mark_stalls
+from bench.validity import mark_stalls, prefill_rate, size_error, validate_run
 from bench.workload import Workload
 
-__all__ = ["mark_stalls", "run_bench", "validate_run"]
+__all__ = ["mark_stalls", "run_bench", "validate_run"]  # the last two live in bench.validity
 
 log = logging.getLogger(__name__)
 
@@ -48,41 +52,6 @@ _OPTIONAL_FIELDS = ("ignore_eos", "stream_options")
 # a nonce's first token may match an earlier nonce's by chance: so many tokens past the shared opening
 # are not a cache hit (a repeated prompt shares all of its tokens)
 _NONCE_MATCH_TOKENS = 4
-# the rate each ladder settles and checks for stalls on; mark_stalls must judge stored runs by the same one
-_DECODE_RATE = "decode_tok_per_s_client"
-
-
-def _prefill_rate(server: ServerProfile) -> str:
-    """The server's own prefill timing where it reports one: the client's adds a fixed cost of HTTP,
-    templating and tokenizing (~70 ms) that, on a small fast model, is as large as the prefill itself
-    and swings between launches, so a point would never settle on it."""
-    return "prefill_tok_per_s_server" if server.reports_timings else "prefill_tok_per_s_client"
-
-
-def validate_run(
-    result: RequestResult, *, expected_completion_tokens: int | None, max_cached_tokens: int
-) -> str | None:
-    """Why a run must not count, or None. `expected_completion_tokens` None: at least one."""
-    if not result.ok:
-        return f"request failed: {result.error}"
-    if result.prompt_tokens is None or result.completion_tokens is None:
-        return "the stream carried no usage (prompt_tokens, completion_tokens)"
-    if result.cached_tokens is not None and result.cached_tokens > max_cached_tokens:
-        return (
-            f"prefix-cache hit: {result.cached_tokens} of {result.prompt_tokens} prompt tokens cached "
-            f"(more than {max_cached_tokens})"
-        )
-    if result.prefill_time_client_s is None:
-        return "no token arrived"
-    if expected_completion_tokens is None:
-        if result.completion_tokens < 1:
-            return "no completion token"
-    elif result.completion_tokens != expected_completion_tokens:
-        return (
-            f"completion of {result.completion_tokens} tokens, expected exactly {expected_completion_tokens} "
-            f"(finish_reason {result.finish_reason!r})"
-        )
-    return None
 
 
 def run_bench(plan: BenchPlan, endpoint: Endpoint, *, workload: Workload | None = None) -> BenchResult:
@@ -314,7 +283,7 @@ class _Session:
             make_prompt=lambda chars, serial: self.source.prefill(chars, serial),
             max_tokens=1,
             expected_completion_tokens=None,
-            rate=_prefill_rate(self.profile),
+            rate=prefill_rate(self.profile),
             target_rel_ci=self.plan.prefill_target_rel_ci,
         )
         return PrefillPoint(target_tokens=target, warmups=warmups, runs=runs, settled=settled)
@@ -357,7 +326,7 @@ class _Session:
             self._raise_if_down(result, key)
             warmups.append(result)
             scale = self._refit(scale, seen, prompt, result)
-            off = _size_error(result, target)
+            off = size_error(result, target)
             sized = off is not None and off <= plan.size_tolerance_rel
             attempts_left = len(warmups) < max(plan.warmups_per_point, plan.max_size_attempts)
             if len(warmups) >= plan.warmups_per_point and (sized or not attempts_left):
@@ -458,40 +427,3 @@ class _Session:
             len(runs),
             "" if settled else " (cap reached before the spread target)",
         )
-
-
-def mark_stalls(result: BenchResult) -> BenchResult:
-    """`result` with stalled runs invalidated, as run_bench does now; for records made before it did.
-
-    Idempotent: a run already invalid stays as it is and is not compared with.
-    """
-
-    def point(p, rate: str):
-        runs = list(p.runs)
-        _mark_stalls(p.key, runs, rate)
-        return dataclasses.replace(p, runs=tuple(runs))
-
-    return dataclasses.replace(
-        result,
-        prefill=tuple(point(p, _prefill_rate(result.server)) for p in result.prefill),
-        decode=tuple(point(d, _DECODE_RATE) for d in result.decode),
-    )
-
-
-def _mark_stalls(key: str, runs: list[RequestResult], rate: str) -> None:
-    """Invalidate, in place, valid runs that stalled (bench.stats.find_stalls); once marked, a run stays out."""
-    candidates = [i for i, r in enumerate(runs) if r.is_valid and getattr(r, rate) is not None]
-    stalls = find_stalls(
-        [getattr(runs[i], rate) for i in candidates],
-        [runs[i].gpu.utilization_pct_mean if runs[i].gpu is not None else None for i in candidates],
-    )
-    for k, reason in stalls.items():
-        i = candidates[k]
-        log.warning("%s run %d invalid: %s", key, i + 1, reason)
-        runs[i] = dataclasses.replace(runs[i], invalid_reason=reason)
-
-
-def _size_error(result: RequestResult, target: int) -> float | None:
-    if not result.ok or result.prompt_tokens is None:
-        return None
-    return abs(result.prompt_tokens - target) / target

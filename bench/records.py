@@ -4,6 +4,9 @@ Records hold raw observations; rates and summaries are derived properties, so a 
 always be recomputed. `to_dict()` gives JSON-able dicts (derived values included, for results.db
 and people); `from_dict()` reads them back (derived values are ignored and recomputed).
 
+Why one module of ~500 lines: the records, their derived rates and their (de)serialization are one
+schema; split, a field added to a record would have to be added in two files in step.
+
 Usage:
     result.prefill[0].prefill_tok_per_s_client.median
     result.samples()      # {"decode_tok_per_s_client@1024/math": (70.1, 70.3, ...), ...}

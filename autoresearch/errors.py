@@ -37,7 +37,16 @@ class Unmeasured(AutoresearchError):
 
 
 class BaselineUnmeasured(Unmeasured):
-    """The baseline could not be measured, so no candidate can be judged: the study stops."""
+    """The baseline could not be measured, so no candidate can be judged: the study stops.
+
+    `constraint` and `outcome` say what the baseline trial records: its speed (`measured`, `unmeasured`)
+    or its task suite (`tasks`, `baseline_tasks_invalid`).
+    """
+
+    def __init__(self, message: str, *, constraint: str = "measured", outcome: str = "unmeasured"):
+        super().__init__(message)
+        self.constraint = constraint
+        self.outcome = outcome
 
 
 class PortUnavailable(AutoresearchError):

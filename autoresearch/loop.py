@@ -10,6 +10,7 @@ import logging
 
 import optuna
 
+from autoresearch.baseline import BaselineNotReady
 from autoresearch.db import ResultsDB
 from autoresearch.errors import BaselineUnmeasured
 from autoresearch.finalists import ConfirmedElsewhere, confirm_finalists, feasible_front
@@ -19,7 +20,7 @@ from autoresearch.progress import Progress
 from autoresearch.report import write_report
 from autoresearch.servers import reap_orphan_servers
 from autoresearch.study import open_study
-from autoresearch.trial import BaselineNotReady, TrialRunner
+from autoresearch.trial import TrialRunner
 from eval import EvalStore
 from search_space import SpaceContext, build_space, read_model_info
 

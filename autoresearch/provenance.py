@@ -1,15 +1,50 @@
-"""Where a measurement came from: server versions, GPU, driver, clocks and power, host, project commit."""
+"""Where a measurement came from: server versions, GPU, driver, clocks and power, host, project commit.
+
+Usage:
+    info = server_info(server.url)          # /v1/server_info through bench's client, None where absent
+    record_provenance(db, study=..., trial=n, config=config, model_manifest_hash=h, server_info=info, bench=result)
+"""
 
 from __future__ import annotations
 
+import logging
 import platform
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from bench import BenchResult
+from autoresearch.db import ResultsDB
+from bench import BenchResult, Client, Endpoint
+from bench.errors import BenchError
+from serving.config import ServingConfig
 
-__all__ = ["collect_provenance", "gpu_uuid", "project_commit"]
+__all__ = ["collect_provenance", "gpu_uuid", "project_commit", "record_provenance", "server_info"]
+
+log = logging.getLogger(__name__)
+
+
+def server_info(url: str) -> dict | None:
+    """The server's /v1/server_info through bench's client; None where it has none or does not answer."""
+    try:
+        with Client(Endpoint(url=url), timeout_s=30) as client:
+            return client.server_info()
+    except BenchError as exc:
+        log.warning("no /v1/server_info from %s: %s", url, exc)
+        return None
+
+
+def record_provenance(db: ResultsDB, *, study: str, trial: int, config: ServingConfig, model_manifest_hash: str,
+                      server_info: dict | None, bench: BenchResult) -> None:
+    """Store one trial's provenance; warn where the study's trials ran on more than one GPU."""
+    details = collect_provenance(server_info=server_info, bench=bench)
+    uuid = gpu_uuid(details)
+    earlier = {gpu_uuid(r["details"]) for r in db.provenance(study=study)}
+    if uuid and earlier - {uuid, None}:
+        log.warning("trial %d runs on GPU %s, other trials of this study on %s: search speeds are not comparable "
+                    "across GPUs (finalists are re-measured together)", trial, uuid,
+                    ", ".join(sorted(e for e in earlier if e and e != uuid)))
+    db.add_provenance(study=study, trial=trial, config_digest=config.digest, model_manifest_hash=model_manifest_hash,
+                      engine=config.engine, details=details)
 
 
 def project_commit() -> dict[str, Any]:

@@ -5,10 +5,11 @@ launch, or fails the gate is a COMPLETE trial with a violated constraint (sample
 trials, and would propose it again); one clearly slower than the gated front is PRUNED after its
 speed is stored. Programming errors propagate.
 
-The baseline trial is special: it is measured first (a baseline that cannot be measured stops the
-study), captures the fidelity reference and the baseline's suite results, then launches the
-baseline a second time to measure the noise floors (speed and fidelity) that every candidate is
-judged against.
+The baseline trial is special: it runs the baseline protocol of `autoresearch.baseline` (measured
+first, so that a baseline that cannot be measured stops the study; the fidelity reference and the
+suite's results; a second launch for the noise floors of speed and fidelity) and records it; every
+candidate waits for that evidence and is judged against it. Server info and provenance come from
+`autoresearch.provenance`, the memory model's calibration from `autoresearch.memory`.
 """
 
 from __future__ import annotations
@@ -16,41 +17,42 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
-import time
 from dataclasses import dataclass, field
 
 import optuna
 
-from autoresearch.baseline import BaselineEvidence, load_baseline, save_baseline
+from autoresearch.baseline import (
+    BaselineEvidence,
+    measured_or_stop,
+    run_baseline,
+    save_baseline,
+    wait_for_baseline,
+)
 from autoresearch.db import ResultsDB
 from autoresearch.errors import BaselineUnmeasured, Unmeasured
+from autoresearch.memory import memory_calibration
 from autoresearch.objectives import NOT_MEASURED, dominated_by, objectives_from_bench
 from autoresearch.plan import RunPlan, worker_name
 from autoresearch.progress import Progress
-from autoresearch.provenance import collect_provenance, gpu_uuid
+from autoresearch.provenance import record_provenance, server_info
 from autoresearch.servers import serve
 from autoresearch.study import CONSTRAINTS, baseline_trial_params
-from bench import BenchResult, Client, Endpoint, noise_floor, run_bench
+from bench import BenchResult, Endpoint, noise_floor, run_bench
 from bench.errors import BenchError
 from eval import (
     EvalStore,
-    MissingReference,
     SuiteOverrides,
     apply_overrides,
     build_probe_set,
-    capture_reference,
     gate_candidate,
     get_suite,
     measure_fidelity,
     run_suite,
 )
-from eval.decision import baseline_problems
 from eval.errors import EvalError, TasksetRunError
-from eval.store import to_jsonable
+from results import to_jsonable
 from search_space import (
-    Calibration,
     MemoryModel,
-    MemoryObservation,
     SearchSpace,
     check_fit,
     sample_config,
@@ -59,17 +61,10 @@ from search_space.budget import Budget
 from serving.config import ServingConfig
 from serving.errors import LaunchError
 
-__all__ = ["BaselineNotReady", "CONSTRAINTS", "TrialRunner"]
+__all__ = ["CONSTRAINTS", "TrialRunner"]
 
 log = logging.getLogger(__name__)
 OK, VIOLATED = -1.0, 1.0
-
-
-class BaselineNotReady(Exception):
-    """The baseline must run (again) before this candidate; the candidate is re-enqueued, not lost.
-
-    The loop passes it to optimize(catch=...): the trial ends FAIL, which no sampler counts or learns from.
-    """
 
 
 @dataclass
@@ -241,75 +236,53 @@ class TrialRunner:
         worst = max((v for k, v in (floor.rel_diff if floor else ()) if "_client@" in k), default=0.0)
         return max(self.plan.dominated_margin_rel, 2.0 * worst)
 
-    # ---- the baseline ----
+    # ---- the baseline (its protocol: autoresearch.baseline) ----
 
     def _baseline(self, trial: optuna.Trial, config: ServingConfig, record: _Record) -> tuple[float, float]:
         label = f"{self.plan.study_name}:baseline"
         record.constraints["fits"] = OK
         self._stage(record, "launch")
-        with self._server(trial, config, launch=0) as server:
+
+        def measure(server, launch: int) -> tuple[float, float, BenchResult]:
             record.constraints["launch_ok"] = OK
-            self._stage(record, "bench")  # first: a baseline that cannot be measured stops the study at once
-            decode, prefill, bench = self._baseline_bench(trial, config, record, server, launch=0)
-            trial.set_user_attr("decode_tok_per_s", decode)
-            trial.set_user_attr("prefill_tok_per_s", prefill)
-            self._stage(record, "reference")
-            try:
-                reference = self.store.load_reference(self.plan.model.manifest_hash, self.probe_set.digest)
-            except MissingReference:
-                reference = capture_reference(server.url, self.probe_set, store=self.store,
-                                              model_manifest_hash=self.plan.model.manifest_hash, label=label)
-            suite = None
-            if self.suite is not None:
-                self._stage(record, "tasks")
-                suite = self._baseline_suite(trial, config, record, server)
-        self._stage(record, "noise floor")
-        with self._server(trial, config, launch=1) as server:
-            # bench first, as in the first launch and in every candidate's: a server warmed by the fidelity
-            # probes first decoded 27% faster at 1K on the real 0.5B, and that order effect became "noise"
-            *_, bench2 = self._baseline_bench(trial, config, record, server, launch=1)  # the floor needs every point
-            floor = measure_fidelity(server.url, reference, store=self.store, role="noise_floor", label=label + "#2")
-        speed_floor = noise_floor(bench.samples(), bench2.samples())
-        evidence = BaselineEvidence(label=label, reference=reference, fidelity_floor=floor, suite=suite,
-                                    bench=bench, speed_floor=speed_floor, trial_number=trial.number)
+            def bench_and_objectives() -> tuple[float, float, BenchResult]:
+                bench = self._bench(trial, config, server, launch=launch)
+                return (*objectives_from_bench(bench), bench)
+
+            decode, prefill, bench = measured_or_stop(bench_and_objectives, launch=launch,
+                                                      server_failure=lambda: self._server_failure(server))
+            record.constraints["measured"] = OK
+            if launch == 0:
+                trial.set_user_attr("decode_tok_per_s", decode)
+                trial.set_user_attr("prefill_tok_per_s", prefill)
+            return decode, prefill, bench
+
+        try:
+            run = run_baseline(
+                serve=lambda launch: self._server(trial, config, launch=launch), store=self.store,
+                probe_set=self.probe_set, model_manifest_hash=self.plan.model.manifest_hash, label=label,
+                floor_label=label + "#2", measure=measure,
+                suite=(lambda server, attempt: self._suite(trial, config, server, attempt=attempt)) if self.suite is not None else None,
+                task_policy=self.plan.gate_policy.tasks, stage=lambda name: self._stage(record, name))
+        except BaselineUnmeasured as exc:
+            record.fail(exc.constraint, str(exc))
+            record.close(exc.outcome)
+            raise
+        (decode, prefill, bench), (*_, bench2) = run.measured
+        evidence = BaselineEvidence(label=label, reference=run.reference, fidelity_floor=run.fidelity_floor,
+                                    suite=run.suite, bench=bench, speed_floor=noise_floor(bench.samples(), bench2.samples()),
+                                    trial_number=trial.number)
         save_baseline(trial.study, evidence)
-        self._measure(trial, config, "fidelity", {"measurement_id": floor.measurement_id, "metrics": floor.metrics,
-                                                  "role": "noise_floor"})
+        self._measure(trial, config, "fidelity", {"measurement_id": run.fidelity_floor.measurement_id,
+                                                  "metrics": run.fidelity_floor.metrics, "role": "noise_floor"})
         record.constraints.update(fidelity=OK, tasks=OK)
         record.close("baseline")
         return decode, prefill
 
-    def _baseline_bench(self, trial, config: ServingConfig, record: _Record, server, *,
-                        launch: int) -> tuple[float, float, BenchResult]:
-        """The baseline's objectives and bench, or the study stops: nothing can be judged against nothing."""
-        try:
-            bench = self._bench(trial, config, server, launch=launch)
-            decode, prefill = objectives_from_bench(bench)
-        except Unmeasured as exc:
-            failure = self._server_failure(server)
-            reason = f"the baseline could not be measured (launch {launch}): {exc}" + (f" ({failure})" if failure else "")
-            record.fail("measured", reason)
-            record.close("unmeasured")
-            raise BaselineUnmeasured(reason) from exc
-        record.constraints["measured"] = OK
-        return decode, prefill, bench
-
     def _wait_for_baseline(self, trial: optuna.Trial) -> BaselineEvidence:
-        """Candidates are judged against the baseline's evidence; another worker may still be making it."""
         self._stage_name(trial, "waiting for the baseline")
-        study = trial.study
-        while True:
-            evidence = load_baseline(study, self.store, self.db, self.plan.study_name)
-            if evidence is not None:
-                return evidence
-            optuna.storages.fail_stale_trials(study)  # a baseline whose worker was killed is retried
-            states = {t.state for t in study.get_trials(deepcopy=False) if t.user_attrs.get("role") == "baseline"}
-            if optuna.trial.TrialState.RUNNING not in states:
-                if optuna.trial.TrialState.WAITING not in states:
-                    study.enqueue_trial(baseline_trial_params(self.plan, self.space), user_attrs={"role": "baseline"})
-                study.enqueue_trial(trial.params, user_attrs={"role": "candidate", "deferred_from": trial.number})
-                raise BaselineNotReady(f"trial {trial.number} deferred: the baseline must run first")
-            time.sleep(2.0)  # another worker is measuring the baseline
+        return wait_for_baseline(trial, store=self.store, db=self.db, study_name=self.plan.study_name,
+                                 baseline_params=lambda: baseline_trial_params(self.plan, self.space))
 
     # ---- stages ----
 
@@ -326,8 +299,8 @@ class TrialRunner:
             record.constraints["fits"] = OK
             return True
         estimate = self.memory.estimate(config)
-        calibration = self._calibration()
-        check = check_fit(estimate, Budget(vram_bytes=self.plan.vram_bytes), calibration)
+        check = check_fit(estimate, Budget(vram_bytes=self.plan.vram_bytes),
+                          memory_calibration(self.db, self.plan.study_name))
         trial.set_user_attr("predicted_peak_bytes", estimate.peak_bytes)
         trial.set_user_attr("predicted_peak_calibrated_bytes", check.predicted_peak_bytes)
         if check.fits:
@@ -338,13 +311,6 @@ class TrialRunner:
         record.constraints["fits"] = max(VIOLATED, check.excess_bytes / self.plan.vram_bytes)
         trial.set_user_attr("failure", "infeasible")
         return False
-
-    def _calibration(self) -> Calibration | None:
-        rows = self.db.measurements(study=self.plan.study_name, kind="memory")
-        observations = [MemoryObservation(predicted_peak_bytes=r["payload"]["predicted_peak_bytes"],
-                                          measured_peak_bytes=r["payload"]["measured_peak_bytes"])
-                        for r in rows if r["payload"].get("measured_peak_bytes")]
-        return Calibration.fit(observations) if observations else None
 
     def _server(self, trial: optuna.Trial, config: ServingConfig, launch: int = 0):
         self._stage_name(trial, "launch")
@@ -366,8 +332,9 @@ class TrialRunner:
             self._measure(trial, config, "bench_error", {"error": str(exc)}, launch=launch)
             raise Unmeasured(f"bench failed: {type(exc).__name__}: {exc}") from exc
         self._measure(trial, config, "bench", result.to_dict(), launch=launch)
-        info = _server_info(server)  # after the bench: its peak follows the bench's longest prompts
-        self._provenance(trial, config, info, result)
+        info = server_info(server.url)  # after the bench: its peak follows the bench's longest prompts
+        record_provenance(self.db, study=self.plan.study_name, trial=trial.number, config=config,
+                          model_manifest_hash=self.plan.model.manifest_hash, server_info=info, bench=result)
         if self.memory is not None:
             peak = (info or {}).get("vram_peak_bytes")  # the engine's own peak
             if peak:
@@ -376,28 +343,6 @@ class TrialRunner:
                                                         "measured_peak_bytes": peak}, launch=launch)
                 trial.set_user_attr("measured_peak_bytes", peak)
         return result
-
-    def _baseline_suite(self, trial: optuna.Trial, config: ServingConfig, record: _Record, server):
-        """The task tier's reference, or the study stops: a baseline with failed episodes is run once more,
-        and one that still fails, hits its token budget on most answers or has too few tasks for the
-        claimed power cannot judge anyone (smoke mode records it and judges nothing)."""
-        policy = self.plan.gate_policy.tasks
-        suite = self._suite(trial, config, server)
-        problems = self._baseline_problems(suite) if policy.judge else []
-        if problems and any(t.failures for t in suite.tasksets):
-            log.warning("the baseline's suite run had operational failures; running it once more: %s", problems)
-            suite = self._suite(trial, config, server, attempt=1)
-            problems = self._baseline_problems(suite)
-        if problems:
-            reason = "the baseline's task suite cannot be the reference: " + "; ".join(problems)
-            record.fail("tasks", reason)
-            record.close("baseline_tasks_invalid")
-            raise BaselineUnmeasured(reason)
-        return suite
-
-    def _baseline_problems(self, suite) -> list[str]:
-        policy = self.plan.gate_policy.tasks
-        return [p for t in suite.tasksets for p in baseline_problems(t, policy, tasksets=len(suite.tasksets))]
 
     def _suite(self, trial: optuna.Trial, config: ServingConfig, server, *, paired_with=None, attempt: int = 0):
         name = f"trial-{trial.number:04d}-{config.digest[:12]}" + (f"-{attempt}" if attempt else "")
@@ -413,18 +358,6 @@ class TrialRunner:
         self._measure(trial, config, "suite", {"suite_run_id": result.suite_run_id, "suite": result.suite,
                                                "tasksets": result.tasksets})
         return result
-
-    def _provenance(self, trial, config: ServingConfig, server_info: dict | None, bench: BenchResult) -> None:
-        details = collect_provenance(server_info=server_info, bench=bench)
-        uuid = gpu_uuid(details)
-        earlier = {gpu_uuid(r["details"]) for r in self.db.provenance(study=self.plan.study_name)}
-        if uuid and earlier - {uuid, None}:
-            log.warning("trial %d runs on GPU %s, other trials of this study on %s: search speeds are not comparable "
-                        "across GPUs (finalists are re-measured together)", trial.number, uuid,
-                        ", ".join(sorted(e for e in earlier if e and e != uuid)))
-        self.db.add_provenance(study=self.plan.study_name, trial=trial.number, config_digest=config.digest,
-                               model_manifest_hash=self.plan.model.manifest_hash, engine=config.engine,
-                               details=details)
 
     def _measure(self, trial, config: ServingConfig, kind: str, payload: dict, launch: int = 0) -> None:
         self.db.add_measurement(study=self.plan.study_name, trial=trial.number, kind=kind,
@@ -449,15 +382,5 @@ class TrialRunner:
             if other.number != trial.number and other.user_attrs.get("config_digest") == digest and \
                     other.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING):
                 return other.number
-        return None
-
-
-def _server_info(server) -> dict | None:
-    """The server's /v1/server_info through bench's client; None where it has none or does not answer."""
-    try:
-        with Client(Endpoint(url=server.url), timeout_s=30) as client:
-            return client.server_info()
-    except BenchError as exc:
-        log.warning("no /v1/server_info from %s: %s", server.url, exc)
         return None
 

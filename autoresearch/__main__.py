@@ -6,6 +6,8 @@ Usage:
                            [--study NAME] [--storage URL]
     python -m autoresearch export [--study NAME] [--storage URL] [--out champion.json]
     python -m autoresearch report [--study NAME] [--storage URL]
+    python -m autoresearch sweep --model DIR --baseline B.json --candidate NAME=C.json ... --db URL
+                           # fidelity only: the baseline protocol, then each candidate in a fresh launch
 
 Exit status: 0 done, 1 the run failed, 2 usage or storage error.
 """
@@ -30,7 +32,9 @@ DEFAULT_STORAGE = "sqlite:///results.db"
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m autoresearch", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", nargs="?", default="run", choices=["run", "export", "report"])
+    parser.add_argument("command", nargs="?", default="run", choices=["run", "export", "report", "sweep"],
+                        help="run (default), export, report; sweep has options of its own: "
+                        "`python -m autoresearch sweep --help`")
     parser.add_argument("--model", help="model folder, or a Hub id with revision (org/repo@rev); "
                         "absent: the embedded tiny synthetic model on the CPU engine")
     parser.add_argument("--draft-model", help="a draft checkpoint of the same vocabulary (a small causal LM, or a "
@@ -260,7 +264,17 @@ def _assignments(items, flag: str) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["sweep"]:
+        from autoresearch import sweep
+
+        sweep_args = sweep.build_parser().parse_args(argv[1:])
+        setup_logging(sweep_args.verbose)
+        return sweep.command(sweep_args)
     args = build_parser().parse_args(argv)
+    if args.command == "sweep":
+        print("error: write `sweep` first: python -m autoresearch sweep --help", file=sys.stderr)
+        return 2
     setup_logging(args.verbose)
     try:
         return _command(args)

@@ -7,11 +7,12 @@ Usage:
     python -m eval run --suite offline --url URL [--limit N --max-tokens N] [--db URL] [--paired-with ID]
     python -m eval fidelity capture --url URL --db URL --manifest-hash H
     python -m eval fidelity measure --url URL --db URL --manifest-hash H --role candidate --label L
-    python -m eval fidelity sweep --model DIR --baseline B.json --candidate NAME=C.json ... --db URL
     python -m eval gate --db URL --manifest-hash H --floor ID --candidate ID [--baseline-suite ID --candidate-suite ID]
 
-Exit status: 0 ok (gate: the candidate passed; sweep: everything was measured and recorded, whatever
-the verdicts), 1 failed, 2 usage error.
+eval judges and never launches a server: the fidelity sweep (baseline twice, each candidate in a
+fresh launch) is `python -m autoresearch sweep`; `python -m eval fidelity sweep` says so and exits 2.
+
+Exit status: 0 ok (gate: the candidate passed), 1 failed, 2 usage error.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,9 +29,17 @@ from rich.logging import RichHandler
 from rich.text import Text
 
 from eval.errors import EvalConfigError, EvalError
-from eval.policy_args import add_task_policy_arguments, task_policy_from_args
+from eval.policy_args import (
+    add_gate_policy_arguments,
+    add_probe_arguments,
+    add_task_policy_arguments,
+    gate_policy_from_args,
+    probe_set_from_args,
+    task_policy_from_args,
+)
 
 console = Console()
+SWEEP_MOVED = "python -m autoresearch sweep --model DIR --baseline B.json --candidate NAME=C.json ... --db URL"
 
 
 def _positive_int(text: str) -> int:
@@ -37,13 +47,6 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
-
-
-def _token_sizes(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated token counts, got {text!r}") from None
 
 
 def _read_key(path: Path | None) -> str | None:
@@ -64,28 +67,6 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--locks-dir", type=Path, help="lock files (default: locks/ of this checkout)")
     p.add_argument("-v", "--verbose", action="store_true")
-
-
-def _add_probe_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--continuation-tokens", type=_positive_int, default=128, help="greedy tokens per suite-kind probe"
-    )
-    p.add_argument(
-        "--long-context-tokens",
-        type=_token_sizes,
-        default=(8192, 32768),
-        help="comma-separated target prompt sizes of the long-context probes (e.g. 8192,32768)",
-    )
-    p.add_argument("--long-continuation-tokens", type=_positive_int, default=32)
-    p.add_argument("--top-k", type=_positive_int, default=20, help="logprobs per position (server max 20)")
-
-
-def _add_policy_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--noise-factor", type=float, default=3.0, help="limit = factor x max(floor, min floor)")
-    p.add_argument("--min-floor-kl-mean", type=float, default=1e-4)
-    p.add_argument("--min-floor-kl-p99", type=float, default=1e-3)
-    p.add_argument("--min-floor-top1-disagreement", type=float, default=2e-3)
-    add_task_policy_arguments(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,20 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--manifest-hash", required=True)
         p.add_argument("--label", default="baseline")
         p.add_argument("--api-key-file", type=Path)
-        _add_probe_options(p)
+        add_probe_arguments(p)
         _add_common(p)
-    sweep = fsub.add_parser("sweep", help="launch baseline (x2) and candidates, measure, decide, record")
-    sweep.add_argument("--model", type=Path, required=True, help="model folder the server loads")
-    sweep.add_argument("--baseline", type=Path, required=True, help="baseline serving config JSON")
-    sweep.add_argument("--candidate", action="append", default=[], required=True, metavar="NAME=CONFIG.json")
-    sweep.add_argument("--db", required=True)
-    sweep.add_argument("--manifest-hash", help="default: a digest of every file in --model")
-    sweep.add_argument("--log-dir", type=Path, default=Path("runs/fidelity"))
-    sweep.add_argument("--replace-reference", action="store_true")
-    sweep.add_argument("--startup-timeout-s", type=float, default=900.0)
-    _add_probe_options(sweep)
-    _add_policy_options(sweep)
-    _add_common(sweep)
+    # The sweep launches servers; eval only judges. It moved to the loop's package (autoresearch sweep).
+    fsub.add_parser("sweep", help=f"moved: {SWEEP_MOVED}", add_help=False)  # main() answers it
 
     gate = sub.add_parser(
         "gate", help="decide on stored measurements and suite runs, and record the decision"
@@ -170,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("--candidate-suite", type=int, help="candidate suite run id")
     gate.add_argument("--candidate-label", default="candidate")
     gate.add_argument("--baseline-label", default="baseline")
-    _add_policy_options(gate)
+    add_gate_policy_arguments(gate)
     _add_common(gate)
     return parser
 
@@ -196,33 +167,6 @@ def _locks(args):
     from eval.locks import load_locks
 
     return load_locks(args.locks_dir)
-
-
-def _probe_set(args):
-    from eval.probes import ProbeSetConfig, build_probe_set
-
-    return build_probe_set(
-        ProbeSetConfig(
-            continuation_tokens=args.continuation_tokens,
-            long_context_tokens=args.long_context_tokens,
-            long_continuation_tokens=args.long_continuation_tokens,
-            top_k=args.top_k,
-        )
-    )
-
-
-def _policy(args):
-    from eval.decision import FidelityPolicy, GatePolicy
-
-    return GatePolicy(
-        fidelity=FidelityPolicy(
-            noise_factor=args.noise_factor,
-            min_floor_kl_mean=args.min_floor_kl_mean,
-            min_floor_kl_p99=args.min_floor_kl_p99,
-            min_floor_top1_disagreement=args.min_floor_top1_disagreement,
-        ),
-        tasks=task_policy_from_args(args),
-    )
 
 
 def cmd_setup(args) -> int:
@@ -341,9 +285,7 @@ def cmd_fidelity(args) -> int:
     from eval.store import EvalStore
 
     store = EvalStore(args.db)
-    probes = _probe_set(args)
-    if args.fidelity_command == "sweep":
-        return _cmd_sweep(args, store, probes)
+    probes = probe_set_from_args(args)
     api_key = _read_key(args.api_key_file)
     if args.fidelity_command == "capture":
         reference = capture_reference(
@@ -372,54 +314,6 @@ def cmd_fidelity(args) -> int:
     return 0
 
 
-def _cmd_sweep(args, store, probes) -> int:
-    from eval import report
-    from eval.sweep import manifest_digest, run_sweep
-
-    candidates = []
-    for item in args.candidate:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise EvalConfigError(f"--candidate expects NAME=CONFIG.json, got {item!r}")
-        candidates.append((name, Path(path)))
-    manifest = args.manifest_hash or manifest_digest(args.model)
-    reference, floor, outcomes = run_sweep(
-        model_dir=args.model,
-        baseline_config_path=args.baseline,
-        candidates=candidates,
-        probe_set=probes,
-        store=store,
-        model_manifest_hash=manifest,
-        log_dir=args.log_dir,
-        policy=_policy(args).fidelity,
-        replace_reference=args.replace_reference,
-        startup_timeout_s=args.startup_timeout_s,
-    )
-    report.print_fidelity(
-        console,
-        [("baseline (noise floor)", floor.metrics)] + [(o.label, o.measurement.metrics) for o in outcomes],
-    )
-    print(f"model_manifest_hash: {manifest}")
-    print(f"reference_id: {reference.reference_id}")
-    print(f"probe_set_digest: {reference.probe_set_digest}")
-    for probe in reference.probes:
-        print(f"{probe.probe_id}.prompt_tokens: {len(probe.prompt_ids)}")
-    print(f"noise_floor.measurement_id: {floor.measurement_id}")
-    print(f"noise_floor.kl_mean: {floor.metrics.kl_mean:.6g}")
-    for o in outcomes:
-        m = o.measurement.metrics
-        print(f"{o.label}.gate: {'pass' if o.passed else 'fail'}")
-        print(f"{o.label}.kl_mean: {m.kl_mean:.6g}")
-        print(f"{o.label}.kl_p99: {m.kl_p99:.6g}")
-        print(f"{o.label}.top1_agreement: {m.top1_agreement:.6f}")
-        print(f"{o.label}.top1_decisive_agreement: {m.top1_gated_agreement:.6f}")
-        print(f"{o.label}.greedy_match_fraction: {m.greedy_match_fraction:.4f}")
-        print(f"{o.label}.decision_id: {o.decision_id}")
-        for reason in o.reasons:
-            print(f"{o.label}.reason: {reason}")
-    return 0
-
-
 def cmd_gate(args) -> int:
     from eval import report
     from eval.fidelity import FidelityMeasurement
@@ -445,7 +339,7 @@ def cmd_gate(args) -> int:
         model_manifest_hash=args.manifest_hash,
         candidate_label=args.candidate_label,
         baseline_label=args.baseline_label,
-        policy=_policy(args),
+        policy=gate_policy_from_args(args),
         floor=measurement(args.floor, "noise_floor"),
         candidate_fidelity=measurement(args.candidate, "candidate"),
         baseline_suite=store.load_suite_result(args.baseline_suite) if args.baseline_suite else None,
@@ -467,6 +361,11 @@ COMMANDS = {"setup": cmd_setup, "data": cmd_data, "run": cmd_run, "fidelity": cm
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["fidelity", "sweep"]:
+        print(f"error: `python -m eval fidelity sweep` moved (eval judges and launches no server); run {SWEEP_MOVED}",
+              file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
     try:

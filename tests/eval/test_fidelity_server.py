@@ -139,59 +139,10 @@ def test_a_dead_endpoint_is_an_endpoint_error(reference, store):
         measure_fidelity("http://127.0.0.1:9", reference, store=store, role="candidate", label="dead")
 
 
-def test_the_sweep_command_launches_baseline_twice_and_each_candidate(tiny_model_dir, tmp_path, repo_root):
-    # The command the GPU record runs, here with CPU-engine configurations.
-    import json
+def test_the_old_sweep_command_points_to_the_loop(capsys):
+    # eval judges and never launches a server: the sweep lives with the loop now
+    from eval.__main__ import main
 
-    (tmp_path / "fp32.json").write_text(json.dumps(FP32))
-    (tmp_path / "bf16.json").write_text(json.dumps(BF16))
-    db = f"sqlite:///{tmp_path / 'sweep.db'}"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "eval",
-            "fidelity",
-            "sweep",
-            "--model",
-            str(tiny_model_dir),
-            "--baseline",
-            str(tmp_path / "fp32.json"),
-            "--candidate",
-            f"fp32={tmp_path / 'fp32.json'}",
-            "--candidate",
-            f"bf16={tmp_path / 'bf16.json'}",
-            "--db",
-            db,
-            "--log-dir",
-            str(tmp_path / "logs"),
-            "--continuation-tokens",
-            "6",
-            "--long-context-tokens",
-            "150",
-            "--long-continuation-tokens",
-            "3",
-            "--startup-timeout-s",
-            "180",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=repo_root,
-        timeout=540,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "fp32.gate: pass" in result.stdout and "bf16.gate: fail" in result.stdout
-    assert "noise_floor.kl_mean: 0\n" in result.stdout
-    assert "long_context-150.prompt_tokens:" in result.stdout
-    assert sorted(p.name for p in (tmp_path / "logs").glob("*.log")) == [
-        "baseline-floor.log",
-        "baseline-reference.log",
-        "candidate-bf16.log",
-        "candidate-fp32.log",
-    ]
-    store = EvalStore(db)
-    assert [(r["candidate_label"], r["passed"]) for r in store.decision_rows()] == [
-        ("fp32", True),
-        ("bf16", False),
-    ]
-    store.close()
+    assert main(["fidelity", "sweep", "--model", "m", "--baseline", "b.json"]) == 2
+    assert "python -m autoresearch sweep" in capsys.readouterr().err
+

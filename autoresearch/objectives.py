@@ -24,6 +24,7 @@ from collections.abc import Iterable
 import optuna
 
 from autoresearch.errors import Unmeasured
+from autoresearch.study import feasible
 from bench import BenchResult
 from bench.metrics import Metric
 
@@ -110,14 +111,10 @@ def speedup_score(values: tuple[float, float], baseline: tuple[float, float]) ->
     return math.sqrt(values[0] / baseline[0] * values[1] / baseline[1])
 
 
-def _feasible(trial: optuna.trial.FrozenTrial) -> bool:
-    return trial.state == optuna.trial.TrialState.COMPLETE and all(c <= 0 for c in trial.user_attrs.get("constraints", [1]))
-
-
 def dominated_by(study: optuna.Study, values: tuple[float, float], *, margin_rel: float) -> int | None:
     """The number of a feasible trial faster than `values` by more than the margin on both objectives."""
     for other in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if not _feasible(other) or other.values is None:
+        if not feasible(other) or other.values is None:
             continue
         if all(o > v * (1.0 + margin_rel) for o, v in zip(other.values, values, strict=True)):
             return other.number

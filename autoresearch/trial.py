@@ -85,8 +85,8 @@ class _Record:
     def close(self, outcome: str) -> None:
         for key, value in self.constraints.items():
             self.trial.set_constraint(key, value)
-        # The dashboard (optuna-dashboard 0.21) and TPE's constraints_func read this list.
-        self.trial.set_user_attr("constraints", [self.constraints[k] for k in CONSTRAINTS])
+        # The one record: study.constraints_of lists these for TPE, and Optuna stores that list as the
+        # system attr "constraints", the one optuna-dashboard 0.21 draws (not a user attr).
         self.trial.set_user_attr("outcome", outcome)
         self.trial.set_user_attr("reasons", self.reasons)
 

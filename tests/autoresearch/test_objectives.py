@@ -19,6 +19,7 @@ from autoresearch.objectives import (
     objectives_from_bench,
     speedup_score,
 )
+from autoresearch.study import CONSTRAINTS
 from bench import (
     BenchResult,
     DecodePoint,
@@ -134,7 +135,7 @@ def _study_with(*trials: tuple[tuple[float, float], bool]) -> optuna.Study:
     study = optuna.create_study(directions=["maximize", "maximize"])
     for values, feasible in trials:
         study.add_trial(optuna.trial.create_trial(
-            values=list(values), user_attrs={"constraints": [-1.0 if feasible else 1.0] * 5}))
+            values=list(values), constraints=dict.fromkeys(CONSTRAINTS, -1.0 if feasible else 1.0)))
     return study
 
 

@@ -56,7 +56,7 @@ def test_infeasible_configuration_is_rejected_without_a_launch(tmp_path):
     study.optimize(runner, n_trials=1)
     trial = study.get_trials()[-1]
     assert trial.state == optuna.trial.TrialState.COMPLETE
-    assert trial.user_attrs["outcome"] == "infeasible" and trial.user_attrs["constraints"][0] > 0
+    assert trial.user_attrs["outcome"] == "infeasible" and trial.constraints["fits"] > 0
     assert "exceeds the usable" in trial.user_attrs["reasons"][0] and "not launched" in trial.user_attrs["reasons"][0]
     assert trial.values == list(NOT_MEASURED)  # no speed was measured, and none is claimed
     assert not (plan.study_dir / "logs").exists()  # no server was started
@@ -77,7 +77,7 @@ def test_out_of_memory_is_recorded_with_its_reason_and_the_loop_goes_on(tmp_path
     assert len(new) == 2 and all(t.state == optuna.trial.TrialState.COMPLETE for t in new)
     for trial in new:
         assert trial.user_attrs["failure"] == "oom_at_load"
-        assert trial.user_attrs["constraints"][1] > 0 and trial.values == list(NOT_MEASURED)
+        assert trial.constraints["launch_ok"] > 0 and trial.values == list(NOT_MEASURED)
         assert "out of memory" in " ".join(trial.user_attrs["reasons"])
     rows = db.measurements(study=name, kind="launch")
     assert [r["payload"]["reason"] for r in rows[-2:]] == ["oom_at_load", "oom_at_load"]

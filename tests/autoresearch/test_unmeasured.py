@@ -17,14 +17,12 @@ import pytest
 from autoresearch.__main__ import main
 from autoresearch.model_source import resolve_model
 from autoresearch.objectives import NOT_MEASURED
-from autoresearch.study import CONSTRAINTS
 from autoresearch.trial import TrialRunner
 from tests.bench.fakes import PrefixCachingFakeServer
 
 from .test_trial_outcomes import _plan, _runner
 
 pytestmark = pytest.mark.slow
-MEASURED = CONSTRAINTS.index("measured")
 
 
 class _StandIn:
@@ -61,7 +59,7 @@ def test_a_candidate_missing_one_point_is_a_completed_trial_with_a_reason(tmp_pa
     assert trial.state == optuna.trial.TrialState.COMPLETE
     assert trial.values == list(NOT_MEASURED)  # never 0.0, never the mean of the prefill point alone
     assert trial.user_attrs["outcome"] == "unmeasured"
-    assert trial.user_attrs["constraints"][MEASURED] > 0
+    assert trial.constraints["measured"] > 0
     (reason,) = trial.user_attrs["reasons"]
     assert reason.startswith("unmeasured: decode_tok_per_s_client@128/math: 0 valid of")
     assert "completion of 5 tokens, expected exactly 24" in reason

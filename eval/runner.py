@@ -33,9 +33,10 @@ from eval.preflight import DryRunEntry, dry_run, is_installed, preflight
 from eval.records import EpisodeOutcome, SuiteResult, TasksetResult
 from eval.run_config import Endpoint, TasksetLaunch, build_launch
 from eval.snapshots import EvalPaths
-from eval.store import EvalStore, to_jsonable
+from eval.store import EvalStore
 from eval.suites import SuiteOverrides, SuiteSpec
 from eval.traces import TraceTail, summarize_episodes, summarize_traces
+from results import to_jsonable
 
 __all__ = [
     "DryRunEntry",

@@ -40,10 +40,9 @@ from results.schema import (
     fidelity_references,
     suite_runs,
     taskset_results,
-    to_jsonable,  # re-exported for callers that still import it from here (eval.runner, autoresearch.trial)
 )
 
-__all__ = ["EvalStore", "to_jsonable"]
+__all__ = ["EvalStore"]
 
 
 def _encode_probes(probes: tuple[ProbeReference, ...]) -> bytes:

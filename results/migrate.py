@@ -13,24 +13,28 @@ current head, and write its `upgrade` with alembic's `op` against the tables as 
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from pathlib import Path
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, Engine
 
 __all__ = ["VERSION_TABLE", "current_revision", "head_revision", "upgrade"]
+
+log = logging.getLogger(__name__)
+# alembic's INFO lines (plugins at import, the dialect on every connection): ours says what ran. Set
+# before alembic is first imported, which is why the functions below import it.
+logging.getLogger("alembic").setLevel(logging.WARNING)
 
 VERSION_TABLE = "results_alembic_version"
 _SCRIPTS = Path(__file__).with_name("migrations")
 _PG_LOCK = 0x72657375  # pg_advisory_xact_lock key of this migration ("resu")
 
 
-def _config(connection: Connection | None = None) -> Config:
+def _config(connection: Connection | None = None):
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(_SCRIPTS))
     config.attributes["connection"] = connection
@@ -39,24 +43,33 @@ def _config(connection: Connection | None = None) -> Config:
 
 @functools.cache
 def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(_config()).get_current_head()
 
 
 def current_revision(conn: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
     return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
 
 
 def upgrade(engine: Engine, attempts: int = 5) -> None:
     """Bring the results tables of this database to the head revision (a no-op when they are there)."""
+    from alembic import command
+
     for attempt in range(attempts):
         with engine.connect() as conn:
-            if current_revision(conn) == head_revision():
-                return
+            current = current_revision(conn)
+        if current == head_revision():
+            return
         try:
             with engine.begin() as conn:
                 if conn.dialect.name == "postgresql":  # one migrating worker at a time; DDL is transactional
                     conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK})
                 command.upgrade(_config(conn), "head")
+            log.info("results tables of %s: revision %s -> %s", engine.url.render_as_string(hide_password=True),
+                     current or "(none)", head_revision())
             return
         except (sa.exc.IntegrityError, sa.exc.ProgrammingError, sa.exc.OperationalError):
             if attempt == attempts - 1:

@@ -70,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_task_policy_arguments(parser)
     parser.add_argument("--bench-prefill", help="prefill ladder, token counts, e.g. 8192 (default: 8192 on GPU)")
     parser.add_argument("--bench-decode", help="decode contexts, e.g. 1024,8192 (default on GPU)")
+    parser.add_argument("--bench-workload", default=None, metavar="suite|corpus|FILE",
+                        help="what decode is measured on: the suite's own tasks, one decode point per taskset, "
+                        "weighted as the suite weights them (default when a suite runs); bench's math corpus "
+                        "(default with --suite none); or a bench workload JSON file")
     parser.add_argument("--bench-decode-tokens", type=int, help="tokens per decode run (default 128 on GPU)")
     parser.add_argument("--bench-max-repeats", type=int, help="measured runs per point at most (default 6 on GPU)")
     parser.add_argument("--min-floor-top1-disagreement", type=float,
@@ -138,6 +142,7 @@ def make_plan(args: argparse.Namespace):
     gate_policy = _gate_policy(args, judge=not model.is_embedded)
     if suite != "none" and args.command == "run":
         _check_task_power(suite, overrides, gate_policy.tasks)
+    workload = _workload(args, suite, overrides) if args.command == "run" else None
     draft_model = None
     if args.draft_model:
         if engine != "exllamav3":
@@ -151,7 +156,7 @@ def make_plan(args: argparse.Namespace):
         storage_url=args.storage, workdir=args.workdir.resolve(), results_md=args.results_md.resolve(), trials=trials, hours=args.hours,
         vram_bytes=vram, emulate_vram=args.emulate_vram,
         host_memory_limit_bytes=parse_bytes(args.host_memory_limit) if args.host_memory_limit else None, port=args.port, seed=args.seed,
-        bench_plan=_bench_plan(engine, args), probe_config=default_probe_config(engine), suite_overrides=overrides,
+        bench_plan=_bench_plan(engine, args, workload), workload=workload, probe_config=default_probe_config(engine), suite_overrides=overrides,
         pinned=pinned, enqueued=enqueued, baseline_changes=baseline_changes, finalists=args.finalists, finalist_launches=args.finalist_launches,
         heartbeat_s=args.heartbeat, grace_s=args.grace,
         startup_timeout_s=300.0 if engine == "transformers" else 900.0,
@@ -224,13 +229,36 @@ def _check_task_power(suite_name: str, overrides: dict, policy) -> None:
         raise PlanError("the task tier cannot make the claim it is asked to: " + "; ".join(problems))
 
 
-def _bench_plan(engine: str, args: argparse.Namespace):
+def _workload(args: argparse.Namespace, suite_name: str, overrides: dict):
+    """The bench workload decode is measured on (None: bench's corpus), as --bench-workload chooses."""
+    from bench import BenchConfigError, Workload
+    from eval.errors import EvalConfigError
+
+    choice = args.bench_workload or ("corpus" if suite_name == "none" else "suite")
+    if choice == "corpus":
+        return None
+    try:
+        if choice == "suite":
+            if suite_name == "none":
+                raise PlanError("--bench-workload suite needs a suite; with --suite none use corpus or a FILE")
+            from eval.suites import SuiteOverrides, apply_overrides, get_suite
+            from eval.workload import suite_workload
+
+            return suite_workload(apply_overrides(get_suite(suite_name), SuiteOverrides(**overrides)))
+        return Workload.load(Path(choice))
+    except (BenchConfigError, EvalConfigError) as exc:
+        raise PlanError(f"--bench-workload {choice}: {exc}") from exc
+
+
+def _bench_plan(engine: str, args: argparse.Namespace, workload=None):
     import dataclasses
 
     from autoresearch.plan import default_bench_plan
 
     plan = default_bench_plan(engine)
     changes = {}
+    if workload is not None:
+        changes.update(decode_kinds=workload.kind_names, workload=workload.summary())
     for flag, field in (("bench_prefill", "prefill_tokens"), ("bench_decode", "decode_context_tokens")):
         value = getattr(args, flag)
         if value is not None:

@@ -326,7 +326,7 @@ class TrialRunner:
         try:
             # a fresh salt per run: no prompt of an earlier run may be found in any cache
             plan = dataclasses.replace(self.plan.bench_plan, salt=secrets.token_hex(4))
-            result = run_bench(plan, Endpoint(url=server.url))
+            result = run_bench(plan, Endpoint(url=server.url), workload=self.plan.workload)
         except BenchError as exc:
             log.warning("bench failed on trial %d: %s", trial.number, exc)
             self._measure(trial, config, "bench_error", {"error": str(exc)}, launch=launch)

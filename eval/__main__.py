@@ -8,6 +8,7 @@ Usage:
     python -m eval fidelity capture --url URL --db URL --manifest-hash H
     python -m eval fidelity measure --url URL --db URL --manifest-hash H --role candidate --label L
     python -m eval gate --db URL --manifest-hash H --floor ID --candidate ID [--baseline-suite ID --candidate-suite ID]
+    python -m eval workload --suite offline --out workload.json   # the suite's tasks for bench --workload
 
 eval judges and never launches a server: the fidelity sweep (baseline twice, each candidate in a
 fresh launch) is `python -m autoresearch sweep`; `python -m eval fidelity sweep` says so and exits 2.
@@ -143,6 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("--baseline-label", default="baseline")
     add_gate_policy_arguments(gate)
     _add_common(gate)
+
+    wl = sub.add_parser("workload", help="write a suite's tasks as a bench workload (what decode is measured on)")
+    wl.add_argument("--suite", required=True, help="suite name, e.g. offline")
+    wl.add_argument("--per-kind", type=int, default=64, help="tasks per taskset (default 64)")
+    wl.add_argument("--limit", type=int, help="tasks per taskset the suite runs (as --suite-limit)")
+    wl.add_argument("--out", type=Path, required=True, help="the workload JSON to write")
+    wl.add_argument("-v", "--verbose", action="store_true")
     return parser
 
 
@@ -357,7 +365,26 @@ def cmd_gate(args) -> int:
     return 0 if record.decision.passed else 1
 
 
-COMMANDS = {"setup": cmd_setup, "data": cmd_data, "run": cmd_run, "fidelity": cmd_fidelity, "gate": cmd_gate}
+def cmd_workload(args) -> int:
+    from bench import BenchConfigError
+    from eval.suites import SuiteOverrides, apply_overrides, get_suite
+    from eval.workload import suite_workload
+
+    try:
+        workload = suite_workload(apply_overrides(get_suite(args.suite), SuiteOverrides(limit=args.limit)),
+                                  per_kind=args.per_kind)
+    except BenchConfigError as exc:
+        raise EvalConfigError(str(exc)) from exc
+    workload.save(args.out)
+    weights = ", ".join(f"{k} {w:.2f}" for k, w in workload.weights().items())
+    print(f"{args.out}: {workload.name}, sha256 {workload.sha256[:16]}, weights {weights}")
+    for kind in workload.kinds:
+        print(f"  {kind.name}: {len(kind.items)} tasks" + (f" (proxy: {kind.proxy})" if kind.proxy else ""))
+    return 0
+
+
+COMMANDS = {"setup": cmd_setup, "data": cmd_data, "run": cmd_run, "fidelity": cmd_fidelity, "gate": cmd_gate,
+            "workload": cmd_workload}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

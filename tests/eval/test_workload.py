@@ -44,3 +44,15 @@ def test_prime_tasksets_are_stood_in_for_by_the_corpus_and_weighted_as_the_suite
 def test_too_few_tasks_are_refused():
     with pytest.raises(EvalConfigError, match="at least 2"):
         suite_workload(get_suite("offline"), per_kind=1)
+
+
+def test_the_command_writes_the_workload_bench_reads(tmp_path, capsys):
+    from bench import Workload
+    from eval.__main__ import main
+
+    assert main(["workload", "--suite", "offline", "--limit", "3", "--out", str(tmp_path / "w.json")]) == 0
+    wl = Workload.load(tmp_path / "w.json")
+    assert [len(k.items) for k in wl.kinds] == [3, 3]
+    assert wl.sha256[:16] in capsys.readouterr().out
+    assert main(["workload", "--suite", "offline", "--per-kind", "1", "--out", str(tmp_path / "x.json")]) == 1
+    assert not (tmp_path / "x.json").exists()

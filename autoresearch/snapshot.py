@@ -24,7 +24,8 @@ from autoresearch.study import feasible
 from eval import EvalStore
 from results import to_jsonable
 
-__all__ = ["StudySnapshot", "changed_knobs", "read_snapshot"]
+__all__ = ["StudySnapshot", "changed_knobs", "read_finalists", "read_fidelity_gate", "read_measured", "read_snapshot",
+           "read_task_tier"]
 
 
 def changed_knobs(config: dict, baseline: dict) -> str:

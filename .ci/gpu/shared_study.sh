@@ -30,6 +30,9 @@ t_start=$(date +%s)
 MODEL=${MODEL:-/tmp/real-model/exl3-4.0}   # "embedded": the embedded default (tiny model, CPU engine)
 PHASE_A_S=${PHASE_A_S:-120}; PHASE_B_S=${PHASE_B_S:-350}; SEARCH_B_S=${SEARCH_B_S:-180}; KILL_AT_S=${KILL_AT_S:-90}
 DEADLINE_S=${DEADLINE_S:-570}               # everything, the dump and report included, ends before this
+if [ "$MODEL" != embedded ] && [ ! -f "$MODEL/config.json" ]; then
+  echo "no model at $MODEL: build it first (../shared/device/real-model), or set MODEL" >&2; exit 1
+fi
 state=/tmp/shared-study; rm -rf "$state"; mkdir -p "$state"
 STUDY=${STUDY:-shared-$(date -u +%m%d%H%M)}
 log() { echo "[$(( $(date +%s) - t_start ))s] $*"; }
@@ -117,8 +120,7 @@ if [ "$ngpu" = 1 ] && [ "${RELEASE:-pid}" = pid ]; then release=(--pid-release);
 start_worker() {  # NAME GPU_INDEX HOURS: sets started (the pid)
   local name=$1 gpu=$2 hours=$3 dir=$state/$1
   mkdir -p "$dir"
-  (
-    cd "$dir" || exit 1
+  (  # from the project's root, as a user starts each worker (locks/ is read there)
     if [ "$ngpu" -gt 0 ]; then export CUDA_VISIBLE_DEVICES=$gpu; fi
     exec "$PY" "$root/.ci/gpu/shared_study.py" worker "${release[@]}" -- "${flags[@]}" "${common[@]}" \
       --hours "$hours" --workdir "$dir/runs" --results-md "$dir/RESULTS.md"

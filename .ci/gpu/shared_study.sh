@@ -15,12 +15,13 @@
 # Your machine, once: bash .ci/gpu/kit.sh && bash .ci/gpu/pg-kit.sh     (.device-kit/, .device-pg/)
 # Device call (nvidia-h200; timeout_s 600), carry [".device-kit", ".device-pg"]:
 #   source .device-kit/setup.sh && bash .ci/gpu/shared_study.sh
-# Over 64 MiB with both? On a machine still warm from a call that sourced the kit, carry
-# [".device-pg"] alone: the script then uses the kit already installed in /tmp/site.
+# (both: 62.4 MiB with the tree at 8.5 MiB, of the 64 MiB a call carries). Over 64 MiB? On a machine
+# still warm from a call that sourced the kit, carry [".device-pg"] alone and run
+# `bash .ci/gpu/shared_study.sh`: it then uses the kit already installed in /tmp/site.
 #
 # CPU rehearsal (the embedded tiny model on the transformers engine, short phases; PostgreSQL from
-# .device-pg all the same):
-#   PY=.venv/bin/python MODEL=embedded PHASE_A_S=60 PHASE_B_S=170 SEARCH_B_S=90 KILL_AT_S=45 \
+# .device-pg all the same; about 4.5 minutes on 2 cores):
+#   PY=.venv/bin/python MODEL=embedded PHASE_A_S=90 PHASE_B_S=220 SEARCH_B_S=120 KILL_AT_S=50 \
 #     OUT=/tmp/ss-out bash .ci/gpu/shared_study.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1

@@ -216,6 +216,14 @@ class Gpu:
         return self._read(lambda: frozenset(
             p.pid for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle)))
 
+    def process_memory_bytes(self) -> dict[int, int | None]:
+        """Memory each compute process holds on this device; None where NVML cannot tell (containers)."""
+        def read() -> dict[int, int | None]:
+            procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle)
+            return {p.pid: (m if isinstance(m := getattr(p, "usedGpuMemory", None), int) else None) for p in procs}
+
+        return self._read(read)
+
     def sample(self) -> GpuSample:
         """Clocks, power, temperature, utilization, memory used, throttle reasons, compute processes."""
         nv, h = self._nvml, self._handle

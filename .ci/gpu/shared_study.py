@@ -7,11 +7,10 @@
     python .ci/gpu/shared_study.py export URL STUDY SQLITE_PATH  # the study and the results tables into SQLite
     python .ci/gpu/shared_study.py summary URL STUDY PHASES_JSON OUT_JSON
 
-`worker --pid-release` is for workers that share ONE GPU (the one-GPU machine): serving's launcher,
-after stopping a server, waits until the GPU's memory is back near what it was before that launch
-(serving/gpu_memory.wait_released), which assumes one server per GPU; another worker's server on the
-same GPU keeps it above that, and after 60 s GpuMemoryNotReleased ends the worker. With the flag the
-wait is only for the stopped server's process to leave the GPU (as on a GPU of its own).
+`worker --pid-release` (RELEASE=pid in shared_study.sh) was for workers sharing ONE GPU before
+serving/gpu_memory.wait_released told another worker's server apart (it waited for the GPU's whole
+usage to come back, which another server on the GPU prevents): the wait is then only for the stopped
+server's process to leave the GPU. Kept as a fallback; serving's own wait is the default.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@
 #   (b) two workers on the same study for up to PHASE_B_S (350 s): each stops starting trials at
 #       SEARCH_B_S (180 s), worker 1 is killed with kill -9 mid-trial at KILL_AT_S (90 s), worker 0
 #       retries its stale trial (--heartbeat 5 --grace 20) and one worker confirms the finalists.
-# Worker i gets CUDA_VISIBLE_DEVICES=i when nvidia-smi lists 2+ GPUs, else both share GPU 0 (then
-# each runs with shared_study.py's --pid-release: see there why; RELEASE=stock turns it off).
+# Worker i gets CUDA_VISIBLE_DEVICES=i when nvidia-smi lists 2+ GPUs, else both share GPU 0: serving's
+# wait for a stopped server's memory tells the other worker's server apart (serving/gpu_memory.py);
+# RELEASE=pid swaps in shared_study.py's older process-only wait.
 # NVML per GPU every second -> $OUT/nvml.csv. At the end: $OUT/study.sql (pg_dump), $OUT/results.db
 # (SQLite copy: Optuna's study plus the results tables), $OUT/RESULTS.md, $OUT/summary.json, and
 # $OUT/workers.log (every worker's log and PostgreSQL's); the summary is printed.
@@ -117,7 +118,7 @@ else
   flags=(--model "$MODEL" "${flags[@]}")
 fi
 release=()
-if [ "$ngpu" = 1 ] && [ "${RELEASE:-pid}" = pid ]; then release=(--pid-release); fi
+if [ "$ngpu" = 1 ] && [ "${RELEASE:-stock}" = pid ]; then release=(--pid-release); fi
 start_worker() {  # NAME GPU_INDEX HOURS: sets started (the pid)
   local name=$1 gpu=$2 hours=$3 dir=$state/$1
   mkdir -p "$dir"

@@ -25,6 +25,7 @@ class FakeGpu:
     memory_total_bytes: int = 141 * 1024**3
     memory_used_bytes: int = 20 * 1024**3
     pids: tuple[int, ...] = ()
+    pid_memory: dict[int, int] = field(default_factory=dict)  # NVML's usedGpuMemory per pid; absent: N/A
     utilization_pct: int = 80
     power_mw: int | None = 450_000  # None: the board does not report power
     fail_reads: bool = False  # every device read raises NVMLError, as a lost GPU does
@@ -42,8 +43,9 @@ class _Rates:
 
 
 class _Process:
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, used: int | None = None) -> None:
         self.pid = pid
+        self.usedGpuMemory = used  # pynvml: None where NVML reports the value as not available
 
 
 class FakePynvml(types.ModuleType):
@@ -108,7 +110,7 @@ class FakePynvml(types.ModuleType):
         return _Memory(used=h.memory_used_bytes, total=h.memory_total_bytes)
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: FakeGpu) -> list[_Process]:
-        return [_Process(pid) for pid in self._read(h, "processes").pids]
+        return [_Process(pid, h.pid_memory.get(pid)) for pid in self._read(h, "processes").pids]
 
     def nvmlDeviceGetUtilizationRates(self, h: FakeGpu) -> _Rates:
         return _Rates(gpu=self._read(h, "utilization").utilization_pct)

@@ -83,3 +83,45 @@ def test_the_memory_watch_waits_only_on_its_own_gpu(nvml):
 def test_the_memory_watch_follows_the_servers_environment_not_this_processs(nvml, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     assert gpu_memory.snapshot({"CUDA_VISIBLE_DEVICES": "1"}).gpu_uuid == nvml.gpus[1].uuid
+
+
+GiB = 1024**3
+
+
+def _one_gpu_two_workers(nvml, *, per_process: bool):
+    """Worker B's server (pid 100, 10 GiB) is on the GPU when worker A launches its server (pid 200)."""
+    gpu = nvml.gpus[0]
+    gpu.pids, gpu.memory_used_bytes = (100,), 11 * GiB
+    gpu.pid_memory = {100: 10 * GiB} if per_process else {}
+    baseline = gpu_memory.snapshot({"CUDA_VISIBLE_DEVICES": "0"})
+    gpu.pids, gpu.memory_used_bytes = (100, 200), 31 * GiB  # A's server loads 20 GiB
+    gpu.pid_memory = {100: 10 * GiB, 200: 20 * GiB} if per_process else {}
+    return gpu, baseline
+
+
+@pytest.mark.parametrize("per_process", [True, False])
+def test_a_server_sharing_its_gpu_with_another_workers_is_released_when_its_own_memory_is(nvml, per_process):
+    gpu, baseline = _one_gpu_two_workers(nvml, per_process=per_process)
+    # A's server stops while B's grows by 5 GiB: the GPU is fuller than at A's launch, yet A's memory is free
+    gpu.pids, gpu.memory_used_bytes = (100,), 16 * GiB
+    gpu.pid_memory = {100: 15 * GiB} if per_process else {}
+    gpu_memory.wait_released(baseline, pid=200, timeout_s=0)
+    assert nvml.initialised == 0
+
+
+def test_memory_no_live_process_holds_is_still_the_stopped_servers(nvml):
+    gpu, baseline = _one_gpu_two_workers(nvml, per_process=True)
+    gpu.pids, gpu.memory_used_bytes, gpu.pid_memory = (100,), 30 * GiB, {100: 10 * GiB}  # A's 20 GiB not freed
+    with pytest.raises(gpu_memory.GpuMemoryNotReleased, match="pid 200"):
+        gpu_memory.wait_released(baseline, pid=200, timeout_s=0)
+
+
+def test_alone_on_its_gpu_a_server_is_released_only_when_usage_is_back(nvml):
+    gpu = nvml.gpus[0]
+    gpu.pids, gpu.memory_used_bytes = (), 1 * GiB
+    baseline = gpu_memory.snapshot({"CUDA_VISIBLE_DEVICES": "0"})
+    gpu.memory_used_bytes = 21 * GiB  # the process left, the driver has not freed its memory yet
+    with pytest.raises(gpu_memory.GpuMemoryNotReleased):
+        gpu_memory.wait_released(baseline, pid=200, timeout_s=0)
+    gpu.memory_used_bytes = 1 * GiB
+    gpu_memory.wait_released(baseline, pid=200, timeout_s=0)

@@ -18,6 +18,7 @@ import optuna
 from autoresearch.db import ResultsDB
 from autoresearch.finalists import feasible_front, load_champion
 from autoresearch.objectives import DECODE_RATE, PREFILL_RATE
+from autoresearch.per_kind import DecodeByKind, read_decode_by_kind
 from autoresearch.plan import RunPlan
 from autoresearch.provenance import gpu_uuid
 from autoresearch.study import feasible
@@ -175,6 +176,7 @@ class StudySnapshot:
     task_tier: TaskTier | None  # None: no suite ran
     provenance: Provenance | None
     points: list[Point]
+    decode_by_kind: DecodeByKind | None = None  # the baseline and the champion on each decode point
     plot: str | None = None  # the Pareto plot's file name, once drawn
 
 
@@ -345,7 +347,10 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
         finalists=read_finalists(db.finalists(study=plan.study_name)),
         baseline=_read_baseline(study, db, plan.study_name, baseline), rejected=rejected,
         measured=read_measured(study, db, plan.study_name, base_cfg), tasksets=tasksets, task_tier=task_tier,
-        provenance=_read_provenance(plan, db), points=points)
+        provenance=_read_provenance(plan, db), points=points,
+        decode_by_kind=read_decode_by_kind(db, plan.study_name, study.user_attrs.get("bench_plan") or {},
+                                           baseline.number, champion.trial if champion else None)
+        if baseline else None)
 
 
 def with_plot(snapshot: StudySnapshot, name: str | None) -> StudySnapshot:

@@ -84,3 +84,32 @@ def test_the_task_tier_reports_every_paired_test_with_its_power(tmp_path):
     smoke = dataclasses.replace(plan.gate_policy, tasks=TaskPolicy(judge=False))
     smoke_plan = SimpleNamespace(**{**vars(plan), "gate_policy": smoke})
     assert "nothing was judged" in render_section("task_tier", read_task_tier(smoke_plan, store))
+
+
+def test_decode_per_kind_shows_each_point_its_weight_and_the_champions_acceptance(tmp_path):
+    from autoresearch.per_kind import read_decode_by_kind
+
+    db = ResultsDB(f"sqlite:///{tmp_path / 'results.db'}")
+    plan = {"workload": {"name": "suite-offline", "sha256": "ab" * 32, "weights": {"rg-math": 0.75, "rg-logic": 0.25}}}
+
+    def bench(trial: int, launch: int, math: float, logic: float, acceptance: dict | None = None) -> None:
+        payload = {"trial": trial, "round": 1, "launch": launch,
+                   "headline": {"decode_tok_per_s_client@1024/rg-math": math,
+                                "decode_tok_per_s_client@1024/rg-logic": logic,
+                                "prefill_tok_per_s_server@8192": 9000.0},
+                   "acceptance": acceptance or {}}
+        db.add_measurement(study="s", trial=None, kind="finalist_bench", config_digest=f"c{trial}", payload=payload,
+                           launch=launch)
+
+    for launch in (0, 1):
+        bench(0, launch, 300.0 + launch, 350.0)
+        bench(4, launch, 450.0 + 10 * launch, 340.0, {"spec_acceptance@1024/rg-math": 0.30,
+                                                     "spec_acceptance@1024/rg-logic": 0.10})
+    view = read_decode_by_kind(db, "s", plan, baseline_trial=0, champion_trial=4)
+    assert "round 1 (2 baseline, 2 champion)" in view.source and "suite-offline" in view.workload
+    rows = {r.kind: r for r in view.rows}
+    assert rows["rg-math"].weight == 0.75 and rows["rg-math"].baseline == 300.5 and rows["rg-math"].champion == 455.0
+    assert rows["rg-logic"].ratio < 1, "a champion slower on one kind shows it"
+    lines = render_section("decode_by_kind", view).splitlines()
+    assert "| rg-math | 1024 | 0.75 | 300.5 | 455.0 | 1.514x | 30% |" in lines
+    assert "| rg-logic | 1024 | 0.25 | 350.0 | 340.0 | 0.971x | 10% |" in lines

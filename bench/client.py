@@ -221,21 +221,27 @@ class EventStream:
 
     def __iter__(self) -> Iterator[SSEEvent]:
         for line in self._response.iter_lines():
-            if event := self._decoder.feed(line, time.perf_counter()):
-                yield event
+            yield from self._on_line(line)
             if self._decoder.done:
                 return
-        if event := self._decoder.close():
-            yield event
+        yield from self._on_end()
 
     async def __aiter__(self) -> AsyncIterator[SSEEvent]:
         async for line in self._response.aiter_lines():
-            if event := self._decoder.feed(line, time.perf_counter()):
+            for event in self._on_line(line):  # the decoding is shared; only the reading differs
                 yield event
             if self._decoder.done:
                 return
-        if event := self._decoder.close():
+        for event in self._on_end():
             yield event
+
+    def _on_line(self, line: str) -> tuple[SSEEvent, ...]:
+        event = self._decoder.feed(line, time.perf_counter())
+        return (event,) if event else ()
+
+    def _on_end(self) -> tuple[SSEEvent, ...]:
+        event = self._decoder.close()
+        return (event,) if event else ()
 
 
 class Client:

@@ -16,6 +16,7 @@ Usage:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Iterator, Sequence
@@ -158,13 +159,6 @@ class GpuMonitor:
 
 
 def _identity(info: GpuInfo) -> GpuIdentity:
-    return GpuIdentity(
-        index=info.nvml_index,
-        name=info.name,
-        uuid=info.uuid,
-        driver_version=info.driver_version,
-        memory_total_bytes=info.memory_total_bytes,
-        power_limit_w=info.power_limit_w,
-        max_sm_clock_mhz=info.max_sm_clock_mhz,
-        max_mem_clock_mhz=info.max_mem_clock_mhz,
-    )
+    """bench's record of the GPU: gpu.GpuInfo's fields, `nvml_index` recorded as `index`."""
+    fields = dataclasses.asdict(info)
+    return GpuIdentity(index=fields.pop("nvml_index"), **fields)

@@ -79,19 +79,9 @@ def _decode_probes(blob: bytes) -> tuple[ProbeReference, ...]:
 
 
 def _metrics_from_row(row: Any) -> FidelityMetrics:
-    return FidelityMetrics(
-        n_probes=row.n_probes,
-        n_positions=row.n_positions,
-        kl_mean=row.kl_mean,
-        kl_p99=row.kl_p99,
-        kl_max=row.kl_max,
-        top1_agreement=row.top1_agreement,
-        greedy_match_fraction=row.greedy_match_fraction,
-        greedy_full_matches=row.greedy_full_matches,
-        ref_token_logprob_delta_mean=row.ref_token_logprob_delta_mean,
-        by_kind=tuple(KindMetrics(**k) for k in row.by_kind),
-        top1_decisive_agreement=row.top1_decisive_agreement,
-    )
+    """The row's columns are FidelityMetrics' own fields (by_kind stored as JSON)."""
+    values = {f.name: getattr(row, f.name) for f in dataclasses.fields(FidelityMetrics) if f.name != "by_kind"}
+    return FidelityMetrics(**values, by_kind=tuple(KindMetrics(**k) for k in row.by_kind))
 
 
 class EvalStore:

@@ -78,6 +78,11 @@ def _decode_probes(blob: bytes) -> tuple[ProbeReference, ...]:
     )
 
 
+def _insert(conn: sa.Connection, table: sa.Table, **values: Any) -> int:
+    """One row into `table`; its new id."""
+    return int(conn.execute(sa.insert(table).values(**values)).inserted_primary_key[0])
+
+
 def _metrics_from_row(row: Any) -> FidelityMetrics:
     """The row's columns are FidelityMetrics' own fields (by_kind stored as JSON)."""
     values = {f.name: getattr(row, f.name) for f in dataclasses.fields(FidelityMetrics) if f.name != "by_kind"}
@@ -128,21 +133,10 @@ class EvalStore:
                     sa.delete(fidelity_measurements).where(fidelity_measurements.c.reference_id == existing)
                 )
                 conn.execute(sa.delete(fidelity_references).where(fidelity_references.c.id == existing))
-            result = conn.execute(
-                sa.insert(fidelity_references).values(
-                    model_manifest_hash=key[0],
-                    probe_set_digest=key[1],
-                    label=label,
-                    top_k=reference.top_k,
-                    n_probes=len(reference.probes),
-                    n_positions=reference.n_positions,
-                    self_agreement=self_agreement,
-                    probe_config=probe_config,
-                    server=server,
-                    payload=_encode_probes(reference.probes),
-                )
-            )
-            return int(result.inserted_primary_key[0])
+            return _insert(conn, fidelity_references, model_manifest_hash=key[0], probe_set_digest=key[1],
+                           label=label, top_k=reference.top_k, n_probes=len(reference.probes),
+                           n_positions=reference.n_positions, self_agreement=self_agreement,
+                           probe_config=probe_config, server=server, payload=_encode_probes(reference.probes))
 
     def load_reference(self, model_manifest_hash: str, probe_set_digest: str) -> Reference:
         """Raises: MissingReference when none is stored for this key."""
@@ -182,18 +176,8 @@ class EvalStore:
             raise EvalConfigError(f"measurement role must be 'noise_floor' or 'candidate', got {role!r}")
         values = {f.name: getattr(metrics, f.name) for f in dataclasses.fields(metrics)}
         with self.engine.begin() as conn:
-            result = conn.execute(
-                sa.insert(fidelity_measurements).values(
-                    reference_id=reference_id,
-                    role=role,
-                    label=label,
-                    per_probe=per_probe,
-                    elapsed_s=elapsed_s,
-                    server=server,
-                    **values,
-                )
-            )
-            return int(result.inserted_primary_key[0])
+            return _insert(conn, fidelity_measurements, reference_id=reference_id, role=role, label=label,
+                           per_probe=per_probe, elapsed_s=elapsed_s, server=server, **values)
 
     def load_measurement(self, measurement_id: int) -> FidelityMetrics:
         with self.engine.connect() as conn:
@@ -229,26 +213,11 @@ class EvalStore:
         model_manifest_hash: str | None = None,
     ) -> int:
         with self.engine.begin() as conn:
-            run_id = int(
-                conn.execute(
-                    sa.insert(suite_runs).values(
-                        suite=result.suite,
-                        label=label,
-                        model_manifest_hash=model_manifest_hash,
-                        base_url=base_url,
-                        run_dir=result.run_dir,
-                        plan=plan,
-                        provenance=provenance,
-                    )
-                ).inserted_primary_key[0]
-            )
+            run_id = _insert(conn, suite_runs, suite=result.suite, label=label, model_manifest_hash=model_manifest_hash,
+                             base_url=base_url, run_dir=result.run_dir, plan=plan, provenance=provenance)
             for t in result.tasksets:
                 values = {f.name: getattr(t, f.name) for f in dataclasses.fields(t) if f.name != "episodes"}
-                conn.execute(
-                    sa.insert(taskset_results).values(
-                        suite_run_id=run_id, episodes=t.episodes, **values
-                    )
-                )
+                _insert(conn, taskset_results, suite_run_id=run_id, episodes=t.episodes, **values)
         return run_id
 
     def load_suite_result(self, suite_run_id: int) -> SuiteResult:
@@ -291,23 +260,12 @@ class EvalStore:
             **dict(extra_evidence or {}),
         }
         with self.engine.begin() as conn:
-            result = conn.execute(
-                sa.insert(decisions).values(
-                    model_manifest_hash=model_manifest_hash,
-                    candidate_label=candidate_label,
-                    baseline_label=baseline_label,
-                    passed=decision.passed,
-                    failed_stage=decision.failed_stage,
-                    reasons=list(decision.reasons),
-                    policy=policy,
-                    evidence=evidence,
-                    floor_measurement_id=floor_measurement_id,
-                    candidate_measurement_id=candidate_measurement_id,
-                    baseline_suite_run_id=baseline_suite_run_id,
-                    candidate_suite_run_id=candidate_suite_run_id,
-                )
-            )
-            return int(result.inserted_primary_key[0])
+            return _insert(conn, decisions, model_manifest_hash=model_manifest_hash, candidate_label=candidate_label,
+                           baseline_label=baseline_label, passed=decision.passed, failed_stage=decision.failed_stage,
+                           reasons=list(decision.reasons), policy=policy, evidence=evidence,
+                           floor_measurement_id=floor_measurement_id,
+                           candidate_measurement_id=candidate_measurement_id,
+                           baseline_suite_run_id=baseline_suite_run_id, candidate_suite_run_id=candidate_suite_run_id)
 
     def decision_rows(self, model_manifest_hash: str | None = None) -> list[dict[str, Any]]:
         """Stored decisions as dicts, oldest first (for reports and tests)."""

@@ -74,7 +74,7 @@ def _kind(spec: TasksetSpec, per_kind: int, *, weight: float) -> WorkloadKind:
         )
     else:
         raise EvalConfigError(f"{spec.name}: no workload source for taskset {spec.taskset_id!r}")
-    rows = rows[: min(per_kind, spec.limit or len(rows))]
+    rows = rows[: max(2, min(per_kind, spec.limit or len(rows)))]  # a suite shrunk to 1 task still gives 2
     if len(rows) < 2:
         raise EvalConfigError(f"{spec.name}: {len(rows)} task(s); a workload kind needs at least 2")
     systems = {r.get("system_prompt") for r in rows}

@@ -27,8 +27,10 @@ def test_the_offline_suites_workload_is_its_own_tasks_in_run_order_weighted_by_t
 
 
 def test_a_shrunk_suite_gives_no_more_tasks_than_it_runs():
-    wl = suite_workload(apply_overrides(get_suite("offline"), SuiteOverrides(limit=2)), per_kind=64)
-    assert [len(k.items) for k in wl.kinds] == [2, 2]
+    wl = suite_workload(apply_overrides(get_suite("offline"), SuiteOverrides(limit=3)), per_kind=64)
+    assert [len(k.items) for k in wl.kinds] == [3, 3]
+    wl = suite_workload(apply_overrides(get_suite("offline"), SuiteOverrides(limit=1)), per_kind=64)
+    assert [len(k.items) for k in wl.kinds] == [2, 2], "one asked, one as context: the least a kind needs"
 
 
 def test_prime_tasksets_are_stood_in_for_by_the_corpus_and_weighted_as_the_suite_weights_them():

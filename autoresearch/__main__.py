@@ -255,10 +255,8 @@ def _bench_plan(engine: str, args: argparse.Namespace, workload=None):
 
     from autoresearch.plan import default_bench_plan
 
-    plan = default_bench_plan(engine)
+    plan = default_bench_plan(engine, workload)
     changes = {}
-    if workload is not None:
-        changes.update(decode_kinds=workload.kind_names, workload=workload.summary())
     for flag, field in (("bench_prefill", "prefill_tokens"), ("bench_decode", "decode_context_tokens")):
         value = getattr(args, flag)
         if value is not None:

@@ -7,6 +7,7 @@ the GPU ones: exllamav3, the chosen suite, 8K prefill and 1K/8K decode.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -27,7 +28,15 @@ OBJECTIVES = ("decode_tok_per_s", "prefill_tok_per_s")
 OBJECTIVE_DEFINITION = "v2: decode client-timed, prefill server-timed, every planned point required"
 
 
-def default_bench_plan(engine: str) -> BenchPlan:
+def default_bench_plan(engine: str, workload: Workload | None = None) -> BenchPlan:
+    """The engine's ladders; decode on `workload`'s kinds when one is given, else on bench's math corpus."""
+    plan = _engine_bench_plan(engine)
+    if workload is None:
+        return plan
+    return dataclasses.replace(plan, decode_kinds=workload.kind_names, workload=workload.summary())
+
+
+def _engine_bench_plan(engine: str) -> BenchPlan:
     if engine == "transformers":  # 2 CPU cores: short ladders, few repeats
         return BenchPlan(prefill_tokens=(256,), decode_context_tokens=(128,), decode_kinds=("math",),
                          decode_tokens=24, min_repeats=3, max_repeats=5, warmup_requests=1, gpu_index=None,

@@ -176,7 +176,10 @@ class _Session:
         ladder's smallest prompt is no opening (set-up prompts repeated from an earlier run with the
         same salt, say): it is not learned, and runs are judged as if nothing were shared.
         """
-        reported = [r for r in self.probes if r.ok and r.cached_tokens is not None]
+        # a workload's prompts carry their own system prompt, so the template opens them differently:
+        # the opening is learned from bench's own prompts, and bounds the workload's (fewer shared tokens)
+        own = {k for k in (self.plan.workload or {}).get("weights", {})}
+        reported = [r for r in self.probes if r.ok and r.cached_tokens is not None and r.spec.prompt_kind not in own]
         opening = min((r.cached_tokens for r in reported[1:]), default=0) if reported else None
         smallest = min((*self.plan.prefill_tokens, *self.plan.decode_context_tokens))
         if opening is not None and opening > smallest // 2:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from autoresearch.study import open_study
 from autoresearch.trial import TrialRunner
 from eval import EvalStore, GatePolicy
 from eval.decision import TaskPolicy
+from eval.suites import SuiteOverrides, apply_overrides, get_suite
+from eval.workload import suite_workload
 from search_space import SpaceContext, baseline_params, build_space, read_model_info
 from serving.synthetic.exl3 import QWEN38_27B, write_exl3_checkpoint
 
@@ -24,11 +27,18 @@ pytestmark = pytest.mark.slow
 GIB = 1024**3
 
 
+@functools.cache
+def _workload():
+    """The decode workload the command line gives the embedded default (FAST's shrunk offline suite)."""
+    return suite_workload(apply_overrides(get_suite("offline"), SuiteOverrides(limit=1, max_tokens=16)))
+
+
 def _plan(tmp_path: Path, model, engine: str, **kw) -> RunPlan:
     return RunPlan(model=model, engine=engine, suite="offline", study_name=kw.pop("study_name", "outcomes"),
                    storage_url=f"sqlite:///{tmp_path / 'results.db'}", workdir=tmp_path / "runs",
                    results_md=tmp_path / "RESULTS.md", trials=kw.pop("trials", 5),
-                   bench_plan=default_bench_plan(engine), probe_config=default_probe_config(engine),
+                   bench_plan=default_bench_plan(engine, _workload()), workload=_workload(),
+                   probe_config=default_probe_config(engine),
                    suite_overrides={"limit": 1, "max_tokens": 16}, port=0,
                    gate_policy=kw.pop("gate_policy", GatePolicy(tasks=TaskPolicy(judge=False))), **kw)
 

@@ -61,7 +61,7 @@ def test_a_candidate_missing_one_point_is_a_completed_trial_with_a_reason(tmp_pa
     assert trial.user_attrs["outcome"] == "unmeasured"
     assert trial.constraints["measured"] > 0
     (reason,) = trial.user_attrs["reasons"]
-    assert reason.startswith("unmeasured: decode_tok_per_s_client@128/math: 0 valid of")
+    assert reason.startswith("unmeasured: decode_tok_per_s_client@128/rg-math: 0 valid of")
     assert "completion of 5 tokens, expected exactly 24" in reason
     assert "prefill" not in reason  # the prefill point did measure
     assert "decode_tok_per_s" not in trial.user_attrs and trial.number not in {t.number for t in study.best_trials}
@@ -76,7 +76,7 @@ def test_a_baseline_that_cannot_be_measured_stops_the_study(tmp_path, monkeypatc
     code = main(["--trials", "3", "--suite-limit", "1", "--suite-max-tokens", "16", "--port", "0"])
     assert code == 1
     err = capsys.readouterr().err
-    assert "BaselineUnmeasured: the baseline could not be measured (launch 0): decode_tok_per_s_client@128/math" in err
+    assert "BaselineUnmeasured: the baseline could not be measured (launch 0): decode_tok_per_s_client@128/rg-math" in err
     assert "completion of 5 tokens" in err
     text = (tmp_path / "RESULTS.md").read_text()
     assert "**The study stopped: the baseline could not be measured (launch 0)" in text

@@ -92,10 +92,14 @@ _SMALL = dict(prefill_tokens=(), decode_context_tokens=(400,), decode_tokens=8, 
 def test_a_workload_decode_on_a_caching_server_is_valid_and_sends_what_the_workload_says():
     """A system prompt shared by every task would be cached: the nonce before it keeps every run valid."""
     wl = _workload()
-    plan = BenchPlan(decode_kinds=wl.kind_names, workload=wl.summary(), **_SMALL)
+    plan = BenchPlan(decode_kinds=wl.kind_names, workload=wl.summary(), **{**_SMALL, "prefill_tokens": (300,)})
     with PrefixCachingFakeServer(system_prompt="You are a default system prompt of the template.",
                                  page_tokens=1) as fake:  # test double: a paged prefix cache
         result = run_bench(plan, Endpoint(url=fake.url), workload=wl)
+    # bench's own prompts open with the template's default system prompt, the workload's with their own:
+    # the opening is learned from bench's, so neither kind of prompt is taken for a cache hit
+    assert result.server.shared_prefix_tokens >= len("You are a default system prompt") // 4
+    assert len(result.prefill[0].valid_runs) == 3, result.prefill[0].invalid_reasons
     assert [d.key for d in result.decode] == ["decode@400/rg-math", "decode@400/rg-logic"]
     for point in result.decode:
         assert len(point.valid_runs) == 3, point.invalid_reasons

@@ -10,9 +10,10 @@ Usage:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
 import results
@@ -74,18 +75,28 @@ class ResultsDB:
         with self.engine.connect() as conn:
             return _rows(conn, select(finalists).where(finalists.c.study == study).order_by(finalists.c.id))
 
-    def claim(self, *, study: str, what: str, key: str, worker: str) -> str | None:
+    def claim(self, *, study: str, what: str, key: str, worker: str,
+              holder_gone: Callable[[str], bool] = lambda _: False) -> str | None:
         """Take a piece of work once across every worker of a study: None when this worker got it, else
-        the worker that holds it (the database's unique constraint decides, on SQLite and PostgreSQL)."""
-        try:
-            with self.engine.begin() as conn:
-                conn.execute(insert(claims).values(study=study, what=what, key=key, worker=worker))
-            return None
-        except IntegrityError:
-            with self.engine.connect() as conn:
-                row = conn.execute(select(claims.c.worker).where(
-                    (claims.c.study == study) & (claims.c.what == what) & (claims.c.key == key))).first()
-            return row.worker if row else "another worker"
+        the worker that holds it (the database's unique constraint decides, on SQLite and PostgreSQL).
+
+        A claim whose holder is gone (`holder_gone(holder)`: a worker killed before it finished) is taken
+        over: its row is deleted and the claim tried once more, so two survivors still get it once."""
+        where = (claims.c.study == study) & (claims.c.what == what) & (claims.c.key == key)
+        for _ in range(2):
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(insert(claims).values(study=study, what=what, key=key, worker=worker))
+                return None
+            except IntegrityError:
+                with self.engine.connect() as conn:
+                    row = conn.execute(select(claims.c.worker).where(where)).first()
+                holder = row.worker if row else "another worker"
+                if row is None or not holder_gone(holder):
+                    return holder
+                with self.engine.begin() as conn:
+                    conn.execute(delete(claims).where(where & (claims.c.worker == holder)))
+        return holder
 
     def close(self) -> None:
         self.engine.dispose()

@@ -26,7 +26,7 @@ from autoresearch.baseline import stored_speed_floor
 from autoresearch.db import ResultsDB
 from autoresearch.errors import Unmeasured
 from autoresearch.objectives import objective_metrics, objectives_from_bench, speedup_score
-from autoresearch.plan import RunPlan, worker_name
+from autoresearch.plan import RunPlan, worker_gone, worker_name
 from autoresearch.servers import serve
 from autoresearch.study import feasible
 from bench import BenchResult, Endpoint, MissingMetric, NoiseFloor, compare, noise_floor, run_bench
@@ -95,7 +95,7 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
 
     finished = sum(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for t in trials)
     holder = db.claim(study=plan.study_name, what="confirm finalists", key=f"after {finished} finished trials",
-                      worker=worker_name())
+                      worker=worker_name(), holder_gone=worker_gone)
     if holder is not None:  # several workers end together: one confirms, on its own GPU
         raise ConfirmedElsewhere(f"worker {holder} confirms the finalists of these {finished} trials; its "
                                  "RESULTS.md names the champion")

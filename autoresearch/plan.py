@@ -21,7 +21,7 @@ from autoresearch.model_source import ResolvedModel
 from bench import BenchPlan, Workload
 from eval import GatePolicy, ProbeSetConfig
 
-__all__ = ["RunPlan", "default_bench_plan", "default_probe_config", "study_name_for", "worker_name"]
+__all__ = ["RunPlan", "default_bench_plan", "default_probe_config", "study_name_for", "worker_gone", "worker_name"]
 
 OBJECTIVES = ("decode_tok_per_s", "prefill_tok_per_s")
 # How the objectives are read from bench (autoresearch.objectives): a study keeps one definition.
@@ -55,6 +55,21 @@ def default_probe_config(engine: str) -> ProbeSetConfig:
 def worker_name() -> str:
     """This process as the study's records name it: host:pid (several workers may share one study)."""
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def worker_gone(name: str) -> bool:
+    """Whether the worker `name` (host:pid) is known to be dead: a process of this host that no longer
+    exists. A worker on another host cannot be checked from here and is never called gone."""
+    host, _, pid = name.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, under another user
+        return False
+    return False
 
 
 def study_name_for(suite: str, engine: str, manifest_hash: str) -> str:

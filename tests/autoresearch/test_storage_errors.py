@@ -60,3 +60,28 @@ def test_a_claim_is_taken_once_and_names_its_holder(tmp_path):
     assert first.claim(study="s", what="confirm finalists", key="after 4", worker="a:1") is None
     assert second.claim(study="s", what="confirm finalists", key="after 4", worker="b:2") == "a:1"
     assert second.claim(study="s", what="confirm finalists", key="after 5", worker="b:2") is None
+
+
+def test_a_claim_held_by_a_killed_worker_is_taken_over_once(tmp_path):
+    """The confirming worker killed mid-round (kill -9) must not keep every later worker from confirming."""
+    import socket
+    import subprocess
+    import sys
+
+    from autoresearch.db import ResultsDB
+    from autoresearch.plan import worker_gone
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_name = f"{socket.gethostname()}:{dead.stdout.strip()}"
+    assert worker_gone(dead_name)
+    assert not worker_gone(f"{socket.gethostname()}:{os.getpid()}")
+    assert not worker_gone("other-host:1"), "a worker on another host cannot be checked from here"
+
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    first, second, third = ResultsDB(url), ResultsDB(url), ResultsDB(url)
+    assert first.claim(study="s", what="confirm finalists", key="after 16", worker=dead_name) is None
+    alive = f"{socket.gethostname()}:{os.getpid()}"
+    assert second.claim(study="s", what="confirm finalists", key="after 16", worker=alive,
+                        holder_gone=worker_gone) is None
+    assert third.claim(study="s", what="confirm finalists", key="after 16", worker="c:3",
+                       holder_gone=worker_gone) == alive, "a live holder keeps its claim"

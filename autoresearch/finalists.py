@@ -99,7 +99,9 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
     if holder is not None:  # several workers end together: one confirms, on its own GPU
         raise ConfirmedElsewhere(f"worker {holder} confirms the finalists of these {finished} trials; its "
                                  "RESULTS.md names the champion")
-    round_ = 1 + max((r["round"] for r in db.finalists(study=plan.study_name)), default=0)
+    # a round cut short (the confirming worker killed) left launches but no decision: the next is a new round
+    launched = (r["payload"]["round"] for r in db.measurements(study=plan.study_name, kind="finalist_bench"))
+    round_ = 1 + max((*(r["round"] for r in db.finalists(study=plan.study_name)), *launched), default=0)
     order = [baseline, *finalists]
     results: dict[int, list[BenchResult]] = {t.number: [] for t in order}
     for launch in range(plan.finalist_launches):

@@ -72,6 +72,15 @@ def test_infeasible_configuration_is_rejected_without_a_launch(tmp_path):
     assert not (plan.study_dir / "logs").exists()  # no server was started
     assert db.measurements(study=plan.study_name, kind="launch") == []
 
+    # a cache smaller than bench's longest request (8192 tokens of context + 128 decoded) is refused unlaunched too
+    study.enqueue_trial({**baseline_params(space), "cache_tokens": 8192})
+    study.optimize(runner, n_trials=1)
+    small = study.get_trials()[-1]
+    assert small.user_attrs["outcome"] == "infeasible" and small.constraints["fits"] > 0
+    assert small.user_attrs["reasons"][0] == ("a 8192-token cache cannot hold bench's longest request "
+                                              "(8320 tokens; not launched)")
+    assert not (plan.study_dir / "logs").exists()
+
 
 def test_out_of_memory_is_recorded_with_its_reason_and_the_loop_goes_on(tmp_path, embedded_study):
     shutil.copy(embedded_study.cwd / "results.db", tmp_path / "results.db")

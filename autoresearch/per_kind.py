@@ -58,8 +58,7 @@ def read_decode_by_kind(db: ResultsDB, study_name: str, bench_plan: dict, baseli
         return None
     workload = bench_plan.get("workload") or {}
     shares = workload.get("weights") or {}
-    keys = [k for k in base[-1].get("headline", {}) if k.startswith(DECODE_RATE + "@")]
-    metrics = [Metric.parse(k) for k in keys]
+    metrics = [m for k in base[-1].get("headline", {}) if (m := Metric.parse(k)).rate == DECODE_RATE]
     raw = {str(m): shares.get(m.kind, 1.0) for m in metrics}
     total = sum(raw.values()) or 1.0
     rows = [KindRow(kind=m.kind, context=m.tokens, weight=raw[str(m)] / total, baseline=_median(base, "headline", str(m)),

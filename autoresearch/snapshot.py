@@ -22,6 +22,7 @@ from autoresearch.per_kind import DecodeByKind, read_decode_by_kind
 from autoresearch.plan import RunPlan
 from autoresearch.provenance import gpu_uuid
 from autoresearch.study import feasible
+from bench.metrics import Metric
 from eval import EvalStore
 from results import to_jsonable
 
@@ -199,7 +200,8 @@ def measured_column(key: str) -> str | None:
     """The title of a bench headline key's column in the measured table, or None to leave it out.
 
     A new column: return its title here (decode columns sort first, then by key)."""
-    if "_client@" in key or key.startswith("prefill_tok_per_s_server"):
+    metric = Metric.parse(key)
+    if metric.client_timed or metric.rate == PREFILL_RATE:
         return key.replace("_tok_per_s", "")
     return None
 
@@ -220,7 +222,7 @@ def read_measured(study: optuna.Study, db: ResultsDB, study_name: str, base_cfg:
         rows.append(MeasuredRow(trial=t.number, outcome=outcome, speeds=headline, fidelity=fid[-1] if fid else None,
                                 gpu=gpus.get(t.number, "-"), changes=changed_knobs(t.user_attrs.get("config", {}),
                                                                                    base_cfg)))
-    keys.sort(key=lambda k: (not k.startswith("decode"), k))
+    keys.sort(key=lambda k: (not Metric.parse(k).is_decode, k))
     return Measured(columns=[(k, measured_column(k)) for k in keys], rows=rows, gpu_count=len(set(gpus.values())))
 
 

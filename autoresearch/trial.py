@@ -39,6 +39,7 @@ from autoresearch.servers import serve
 from autoresearch.study import CONSTRAINTS, baseline_trial_params
 from bench import BenchResult, Endpoint, noise_floor, run_bench
 from bench.errors import BenchError
+from bench.metrics import Metric
 from eval import (
     EvalStore,
     SuiteOverrides,
@@ -233,7 +234,7 @@ class TrialRunner:
     def _dominance_margin(self, baseline: BaselineEvidence) -> float:
         """Stop early only beyond the launch-to-launch noise: max(plan margin, 2x the worst speed floor)."""
         floor = baseline.speed_floor
-        worst = max((v for k, v in (floor.rel_diff if floor else ()) if "_client@" in k), default=0.0)
+        worst = max((v for k, v in (floor.rel_diff if floor else ()) if Metric.parse(k).client_timed), default=0.0)
         return max(self.plan.dominated_margin_rel, 2.0 * worst)
 
     # ---- the baseline (its protocol: autoresearch.baseline) ----

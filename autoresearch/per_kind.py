@@ -53,7 +53,8 @@ def read_decode_by_kind(db: ResultsDB, study_name: str, bench_plan: dict, baseli
         source = f"finalists' fresh launches, round {rounds[-1]} ({len(base)} baseline, {len(champ)} champion)"
     else:
         base, champ = _search(db, study_name, baseline_trial), _search(db, study_name, champion_trial)
-        source = "search launches (one each); finalists not confirmed yet"
+        source = ("search launches (one each)" if champion_trial is not None
+                  else "baseline's search launch (no candidate is the champion)")
     if not base:
         return None
     workload = bench_plan.get("workload") or {}

@@ -207,21 +207,27 @@ def _gate_policy(args: argparse.Namespace, *, judge: bool):
         raise PlanError(str(exc)) from exc
 
 
+def _suite_spec(suite_name: str, overrides: dict):
+    """The suite as this run will run it (the flags' overrides applied)."""
+    from eval.errors import EvalConfigError
+    from eval.suites import SuiteOverrides, apply_overrides, get_suite
+
+    try:
+        return apply_overrides(get_suite(suite_name), SuiteOverrides(**overrides))
+    except EvalConfigError as exc:
+        raise PlanError(str(exc)) from exc
+
+
 def _check_task_power(suite_name: str, overrides: dict, policy) -> None:
     """Refuse, before anything launches, a judged suite whose tasksets are too small for the claimed power.
 
     Tasksets whose size is known only after a run are checked on the baseline's run instead.
     """
     from eval.decision import underpowered
-    from eval.errors import EvalConfigError
-    from eval.suites import SuiteOverrides, apply_overrides, get_suite
 
     if not policy.judge:
         return
-    try:
-        suite = apply_overrides(get_suite(suite_name), SuiteOverrides(**overrides))
-    except EvalConfigError as exc:
-        raise PlanError(str(exc)) from exc
+    suite = _suite_spec(suite_name, overrides)
     design = policy.design(len(suite.tasksets))
     problems = [problem for spec in suite.tasksets if spec.planned_tasks is not None
                 and (problem := underpowered(spec.name, spec.planned_tasks, policy, design))]
@@ -241,10 +247,9 @@ def _workload(args: argparse.Namespace, suite_name: str, overrides: dict):
         if choice == "suite":
             if suite_name == "none":
                 raise PlanError("--bench-workload suite needs a suite; with --suite none use corpus or a FILE")
-            from eval.suites import SuiteOverrides, apply_overrides, get_suite
             from eval.workload import suite_workload
 
-            return suite_workload(apply_overrides(get_suite(suite_name), SuiteOverrides(**overrides)))
+            return suite_workload(_suite_spec(suite_name, overrides))
         return Workload.load(Path(choice))
     except (BenchConfigError, EvalConfigError) as exc:
         raise PlanError(f"--bench-workload {choice}: {exc}") from exc

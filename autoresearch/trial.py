@@ -296,7 +296,7 @@ class TrialRunner:
         self.progress.stage(name)
 
     def _fits(self, trial: optuna.Trial, config: ServingConfig, record: _Record) -> bool:
-        cache_tokens, needed = getattr(config.args, "cache_tokens", None), self._bench_context_tokens()
+        cache_tokens, needed = getattr(config.args, "cache_tokens", None), self.plan.bench_plan.context_tokens_needed
         if isinstance(cache_tokens, int) and cache_tokens < needed:  # bench would refuse it after a launch
             record.fail("fits", f"a {cache_tokens}-token cache cannot hold bench's longest request ({needed} tokens; "
                                 "not launched)")
@@ -319,11 +319,6 @@ class TrialRunner:
         record.constraints["fits"] = max(VIOLATED, check.excess_bytes / self.plan.vram_bytes)
         trial.set_user_attr("failure", "infeasible")
         return False
-
-    def _bench_context_tokens(self) -> int:
-        """The longest request of the bench plan: a prefill prompt and its one token, or a decode run."""
-        b = self.plan.bench_plan
-        return max((*(t + 1 for t in b.prefill_tokens), *(c + b.decode_tokens for c in b.decode_context_tokens)))
 
     def _server(self, trial: optuna.Trial, config: ServingConfig, launch: int = 0):
         self._stage_name(trial, "launch")

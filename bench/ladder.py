@@ -178,7 +178,7 @@ class _Session:
         """
         # a workload's prompts carry their own system prompt, so the template opens them differently:
         # the opening is learned from bench's own prompts, and bounds the workload's (fewer shared tokens)
-        own = {k for k in (self.plan.workload or {}).get("weights", {})}
+        own = set((self.plan.workload or {}).get("weights", {}))
         reported = [r for r in self.probes if r.ok and r.cached_tokens is not None and r.spec.prompt_kind not in own]
         opening = min((r.cached_tokens for r in reported[1:]), default=0) if reported else None
         smallest = min((*self.plan.prefill_tokens, *self.plan.decode_context_tokens))

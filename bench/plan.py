@@ -80,7 +80,7 @@ class BenchPlan:
             raise BenchConfigError(
                 "nothing to measure: both prefill_tokens and decode_context_tokens are empty"
             )
-        allowed = tuple(self.workload["weights"]) if self._workload_ok() else KINDS
+        allowed = self._workload_kinds() or KINDS
         bad = [k for k in self.decode_kinds if k not in allowed]
         if bad or not self.decode_kinds:
             raise BenchConfigError(
@@ -112,20 +112,21 @@ class BenchPlan:
         if self.request_timeout_s <= 0 or (self.max_cached_tokens is not None and self.max_cached_tokens < 0):
             raise BenchConfigError("request_timeout_s must be positive and max_cached_tokens >= 0 (or None)")
 
-    def _workload_ok(self) -> bool:
-        if self.workload is None:
-            return False
+    def _workload_kinds(self) -> tuple[str, ...] | None:
+        """The workload summary's kinds (None without a workload); a malformed summary is refused."""
         w = self.workload
+        if w is None:
+            return None
         if not (isinstance(w, dict) and isinstance(w.get("sha256"), str) and isinstance(w.get("weights"), dict)
                 and w["weights"]):
             raise BenchConfigError(f"workload must be a Workload.summary() (name, sha256, weights), got {w!r}")
-        return True
+        return tuple(w["weights"])
 
-    def decode_weights(self) -> dict[str, float]:
-        """Each decode kind's share of the decode objective: the workload's, or equal shares."""
-        weights = self.workload["weights"] if self.workload else dict.fromkeys(self.decode_kinds, 1.0)
-        total = sum(weights[k] for k in self.decode_kinds)
-        return {k: weights[k] / total for k in self.decode_kinds}
+    @property
+    def context_tokens_needed(self) -> int:
+        """The longest request of the plan: a prefill prompt and its one token, or a decode run."""
+        return max((*(t + 1 for t in self.prefill_tokens),
+                    *(c + self.decode_tokens for c in self.decode_context_tokens)))
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

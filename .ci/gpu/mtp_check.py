@@ -33,8 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
+from autoresearch import provenance
 from search_space import Budget, check_fit
 from search_space.memory import MemoryModel
 from search_space.model_info import read_model_info
@@ -107,10 +106,8 @@ def served_args(args: dict) -> dict:
 
 
 def server_info(url: str) -> dict:
-    try:
-        return httpx.get(url + "/v1/server_info", timeout=30).json()
-    except (httpx.HTTPError, ValueError) as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
+    """The server's own readings, through the project's one client (autoresearch.provenance)."""
+    return provenance.server_info(url) or {"error": "no /v1/server_info (see the warning above)"}
 
 
 def gpu_used_bytes() -> int | None:

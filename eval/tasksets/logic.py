@@ -76,15 +76,5 @@ def task_rows(generators: list[str] | tuple[str, ...], size: int, seed: int):
 class LogicTaskset(vf.Taskset[LogicTask, LogicConfig]):
     def load(self):
         size, seed = self.config.size_per_generator, self.config.seed
-        for row in task_rows(self.config.generators, size, seed):
-            data = LogicData(
-                id=row["id"],
-                prompt=row["prompt"],
-                system_prompt=row["system_prompt"],
-                answer=row["answer"],
-                generator=row["generator"],
-                seed=seed,
-                size=size,
-                entry_index=row["entry_index"],
-            )
-            yield LogicTask(data, self.config.task)
+        for row in task_rows(self.config.generators, size, seed):  # a row is the task's data but seed and size
+            yield LogicTask(LogicData(**row, seed=seed, size=size), self.config.task)

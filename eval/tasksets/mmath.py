@@ -81,13 +81,5 @@ def task_rows(data_source: str, lang: str = "en"):
 
 class MmathTaskset(vf.Taskset[MmathTask, MmathConfig]):
     def load(self):
-        for row in task_rows(self.config.data_source, self.config.lang):
-            data = MmathData(
-                id=row["id"],
-                prompt=row["prompt"],
-                answer=row["answer"],
-                data_source=row["data_source"],
-                data_source_id=row["data_source_id"],
-                gid=row["gid"],
-            )
-            yield MmathTask(data, self.config.task)
+        for row in task_rows(self.config.data_source, self.config.lang):  # a row is the task's data
+            yield MmathTask(MmathData(**row), self.config.task)

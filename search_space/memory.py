@@ -2,11 +2,18 @@
 
 Every component follows exllamav3 1.6.5's own allocations: weights are the tensors it loads to the
 GPU (an unquantized token embedding stays in system RAM, vision and unused MTP tensors are not
-loaded); the KV cache is sized as cache/fp16.py and cache/quant.py allocate it; the recurrent state
+loaded), as its loader lays them out (tensors of up to 16 MiB are carved from 128 MiB slabs); the
+graph statics are the buffers each split-projection Gated DeltaNet layer keeps for its
+graph-captured decode path; the KV cache is sized as cache/fp16.py and cache/quant.py allocate it; the recurrent state
 as GDNLayerState allocates it per slot; drafts add their weights and cache; the prefill workspace is
 the largest layer's transients for one chunk (or the draft model's, where larger). It predicts what torch allocates (the quantity
 `torch.cuda.max_memory_allocated` reports); the CUDA context is the budget's reserve, and
 `Calibration` corrects the rest from measured peaks.
+
+What it leaves out, measured allocation by allocation on the shape-true 27B (.ci/gpu/memory_probe.py,
+H200, 2026-12-01): the per-shape scratch the decode paths keep after warm-up (exllamav3's
+g_tensor_cache: about 0.1 GiB there), which the workspace's own over-estimate (about 0.09 GiB at
+chunk 2048) roughly offsets at peak.
 
 Usage:
     memory = MemoryModel(read_model_info(model_dir))
@@ -17,11 +24,12 @@ Usage:
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from search_space.errors import SearchSpaceError
-from search_space.model_info import ModelInfo, read_model_info
+from search_space.model_info import ModelInfo, read_model_info, weight_group
 from serving.config import Exl3Args, ServingConfig
 
 __all__ = ["MemoryEstimate", "MemoryModel"]
@@ -33,6 +41,17 @@ RECONSTRUCT_MIN_ROWS = 145  # modules/quant/exl3.py: above 144 rows a linear is 
 # gated_delta_rule.py: "~112 KB/token at 48 v-heads x 128" of scan temporaries per sub-range token
 GDN_SCAN_BYTES_PER_TOKEN_PER_V_DIM = 112_000 / (48 * 128)
 QC_STAGING_MIN_ROWS = 256  # util/backend.py qc_prefill_two_pass_min_q on sm_80+
+# loader/safetensors.py _arena_alloc: weights of up to ARENA_MAX_TENSOR are carved, 256-byte aligned,
+# first fit, from ARENA_BLOCK slabs (EXL3_LOAD_ARENA=0 turns it off); larger ones are allocated alone
+ARENA_BLOCK = 128 << 20
+ARENA_MAX_TENSOR = 16 << 20
+ARENA_ALIGN = 256
+# BC_GatedDeltaNetSplit (gated_delta_net.h): graph-captured decode covers MAX_BSZ x MAX_QLEN rows
+GDN_GRAPH_ROWS = 8 * 16
+# model/config.py InferParams with the int8 GEMV on (the default): a sliced bundle stays fused below
+# this width; at or above it only from this bit rate (Ampere's int8 GEMV cap + 1, the product's GPU)
+MGEMM_N_THRESHOLD = 8192
+MGEMM_K_THRESHOLD = 6
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -40,6 +59,7 @@ class MemoryEstimate:
     """Predicted VRAM by component, in bytes. Resident = after load; peak = during a prefill chunk."""
 
     weights_bytes: int
+    graph_statics_bytes: int
     kv_cache_bytes: int
     recurrent_state_bytes: int
     draft_bytes: int
@@ -47,7 +67,8 @@ class MemoryEstimate:
 
     @property
     def resident_bytes(self) -> int:
-        return self.weights_bytes + self.kv_cache_bytes + self.recurrent_state_bytes + self.draft_bytes
+        return (self.weights_bytes + self.graph_statics_bytes + self.kv_cache_bytes + self.recurrent_state_bytes
+                + self.draft_bytes)
 
     @property
     def peak_bytes(self) -> int:
@@ -56,6 +77,7 @@ class MemoryEstimate:
     def components(self) -> dict[str, int]:
         return {
             "weights_bytes": self.weights_bytes,
+            "graph_statics_bytes": self.graph_statics_bytes,
             "kv_cache_bytes": self.kv_cache_bytes,
             "recurrent_state_bytes": self.recurrent_state_bytes,
             "draft_bytes": self.draft_bytes,
@@ -75,8 +97,8 @@ class MemoryModel:
     def __init__(self, model: ModelInfo, draft_model: ModelInfo | None = None):
         self.model = model
         self.draft_model = draft_model
-        self.weights_bytes = _gpu_weight_bytes(model)
-        self.mtp_weights_bytes = model.weight_bytes("mtp")
+        self.weights_bytes = self.loaded_weight_bytes({})
+        self.mtp_weights_bytes = self.loaded_weight_bytes({}, with_mtp=True) - self.weights_bytes
         self._drafts: dict[str, ModelInfo] = {}
 
     # --- per-token and per-slot sizes: computed here and nowhere else -------------------------------
@@ -97,6 +119,39 @@ class MemoryModel:
         staging_bytes = (max_history + 1) * (m.fdim_qkv * BF16 + m.linear_num_value_heads * (BF16 + FP32))
         return m.num_linear_attention_layers * (state_bytes + conv_bytes + staging_bytes)
 
+    def loaded_weight_bytes(self, env: dict[str, str], *, with_mtp: bool = False) -> int:
+        """The weights as exllamav3's loader allocates them: the text model (and the embedding where it
+        goes to the GPU), with the MTP head, which loads through the same loader, when asked."""
+        tensors = _gpu_weight_tensors(self.model, with_mtp=with_mtp)
+        return _loader_bytes(tensors, arena=env.get("EXL3_LOAD_ARENA", "1") != "0")
+
+    def graph_statics_bytes(self, env: dict[str, str]) -> int:
+        """What each split-projection GDN layer keeps for its graph-captured decode (BC_GatedDeltaNetSplit):
+        the merged fp16 b/a projection, and the fp32 carrier of the sliced qkv+z bundle where it is built."""
+        m = self.model
+        if not (m.is_exl3 and m.has_split_gdn_projections) or env.get("EXL3_BC_GDN", "1") == "0":
+            return 0
+        per_layer = 2 * m.linear_num_value_heads * m.hidden_size * FP16
+        if self._qkvz_bundled(env):
+            per_layer += (m.fdim_qkv + m.linear_v_dim) * GDN_GRAPH_ROWS * FP32
+        return m.num_linear_attention_layers * per_layer
+
+    def _qkvz_bundled(self, env: dict[str, str]) -> bool:
+        """gated_delta_net.py load_local: the qkv and z projections become one sliced bundle (SlicedMultiLinear)
+        when slicing is on, their common slice width is whole 128-column blocks of at least 256, and the
+        MGEMM policy keeps them fused (InferParams.use_mgemm)."""
+        m = self.model
+        if env.get("EXL3_QKV_SLICE", "1") == "0":
+            return False
+        width = math.gcd(m.fdim_qkv, m.linear_v_dim)
+        if width % 128 or width < 256:
+            return False
+        if not m.has_mul1_codebook or env.get("EXL3_INT8_GEMV", "2") == "0":
+            return True
+        k_threshold = int(env.get("EXL3_MGEMM_K_THRESHOLD", MGEMM_K_THRESHOLD))
+        n_threshold = int(env.get("EXL3_MGEMM_N_THRESHOLD", MGEMM_N_THRESHOLD))
+        return m.gdn_qkv_bits >= k_threshold or (n_threshold > 0 and width < n_threshold)
+
     # --- the estimate ---------------------------------------------------------------------------------
 
     def estimate(self, config: ServingConfig) -> MemoryEstimate:
@@ -114,25 +169,31 @@ class MemoryModel:
         recurrent = slots * self.recurrent_bytes_per_slot(
             recurrent_dtype=args.recurrent_dtype, max_history=args.max_history)
         return MemoryEstimate(
-            weights_bytes=self.weights_bytes,
+            weights_bytes=self.loaded_weight_bytes(config.env),
+            graph_statics_bytes=self.graph_statics_bytes(config.env),
             kv_cache_bytes=kv,
             recurrent_state_bytes=recurrent,
-            draft_bytes=self._draft_bytes(args),
+            draft_bytes=self._draft_bytes(args, config.env),
             workspace_bytes=self._workspace_bytes(args, config.env),
         )
 
-    def _draft_bytes(self, args: Exl3Args) -> int:
-        """Draft weights, the draft's own KV cache (fp16, same token count), the sparse draft head."""
+    def _draft_bytes(self, args: Exl3Args, env: dict[str, str]) -> int:
+        """Draft weights, the draft's own KV cache (fp16, same token count), the sparse draft head.
+
+        The MTP head's weights are what it adds to the target's load (one loader, one set of slabs); a
+        draft checkpoint has a loader, and slabs, of its own."""
         sparse_head = args.sparse_draft_head * self.model.hidden_size * FP16
         if args.draft_mode == "mtp":
             if not self.model.has_mtp_weights:
                 raise SearchSpaceError(f"{self.model.directory} has no MTP weights for draft_mode 'mtp'")
             cache = self.model.mtp_num_hidden_layers * _kv_layer_bytes(self.model, "fp16") * args.cache_tokens
-            return self.mtp_weights_bytes + cache + sparse_head
+            mtp_weights = self.loaded_weight_bytes(env, with_mtp=True) - self.loaded_weight_bytes(env)
+            return mtp_weights + cache + sparse_head
         if args.draft_mode == "dflash":
             draft = self._draft_info(args)
-            weights = draft.weight_bytes("text") + (draft.weight_bytes("embedding")
-                                                   if draft.embedding_is_quantized else 0)
+            groups = ("text", "embedding") if draft.embedding_is_quantized else ("text",)
+            weights = _loader_bytes([t.nbytes for t in draft.tensors.values() if weight_group(t.name) in groups],
+                                    arena=env.get("EXL3_LOAD_ARENA", "1") != "0")
             cache = draft.num_attention_layers * _kv_layer_bytes(draft, "fp16") * args.cache_tokens
             return weights + cache + sparse_head
         if args.draft_mode == "draft_model":
@@ -140,7 +201,7 @@ class MemoryModel:
             # hybrid drafter, its recurrent state per slot (the Generator pairs a draft state with each job's)
             draft = MemoryModel(self._draft_info(args))
             slots = args.cache_slots if draft.model.is_hybrid else 0
-            return (draft.weights_bytes + args.cache_tokens * draft.kv_bytes_per_token("fp16")
+            return (draft.loaded_weight_bytes(env) + draft.graph_statics_bytes(env) + args.cache_tokens * draft.kv_bytes_per_token("fp16")
                     + slots * draft.recurrent_bytes_per_slot(max_history=args.max_history))
         return 0
 
@@ -206,10 +267,28 @@ class MemoryModel:
         return tokens * 2 * self.model.num_kv_heads * self.model.head_dim * FP16
 
 
-def _gpu_weight_bytes(model: ModelInfo) -> int:
-    """Text weights, plus the embedding where exllamav3 puts it on the GPU (quantized, or the tied head)."""
-    embedding_on_gpu = model.embedding_is_quantized or model.head_is_embedding
-    return model.weight_bytes("text") + (model.weight_bytes("embedding") if embedding_on_gpu else 0)
+def _gpu_weight_tensors(model: ModelInfo, *, with_mtp: bool = False) -> list[int]:
+    """Byte sizes of the tensors exllamav3 loads to the GPU: the text model, the embedding where it goes
+    there (quantized, or the tied head), and the MTP head when it drafts."""
+    groups = {"text"}
+    if model.embedding_is_quantized or model.head_is_embedding:
+        groups.add("embedding")
+    if with_mtp:
+        groups.add("mtp")
+    return [t.nbytes for t in model.tensors.values() if weight_group(t.name) in groups]
+
+
+def _loader_bytes(sizes: list[int], *, arena: bool) -> int:
+    """What exllamav3's loader allocates for tensors of these sizes.
+
+    With its arena on (the default), each tensor of up to 16 MiB is carved, 256-byte aligned, from a
+    128 MiB slab; first fit over the open slabs packs a tail left by one tensor with later small ones,
+    so the small tensors take whole slabs and no more. Larger tensors are allocated alone."""
+    if not arena:
+        return sum(sizes)
+    large = sum(b for b in sizes if b > ARENA_MAX_TENSOR)
+    small = sum(-(-b // ARENA_ALIGN) * ARENA_ALIGN for b in sizes if 0 < b <= ARENA_MAX_TENSOR)
+    return large + -(-small // ARENA_BLOCK) * ARENA_BLOCK
 
 
 def _kv_layer_bytes(model: ModelInfo, cache_kind: str, k_bits: int | None = None, v_bits: int | None = None) -> int:

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from search_space.errors import ModelInfoError
 from serving.config import quantization_config
 
-__all__ = ["ModelInfo", "TensorInfo", "WeightGroup", "read_model_info", "read_safetensors_header"]
+__all__ = ["ModelInfo", "TensorInfo", "WeightGroup", "read_model_info", "read_safetensors_header", "weight_group"]
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class ModelInfo:
     @property
     def embedding_is_quantized(self) -> bool:
         """exllamav3 keeps an unquantized token embedding in system RAM (modules/embedding.py, prefer_cpu)."""
-        return any(_group_of(n) == "embedding" and n.endswith(".trellis") for n in self.tensors)
+        return any(weight_group(n) == "embedding" and n.endswith(".trellis") for n in self.tensors)
 
     @property
     def head_is_embedding(self) -> bool:
@@ -131,8 +131,24 @@ class ModelInfo:
     def linear_v_dim(self) -> int:
         return self.linear_num_value_heads * self.linear_value_head_dim
 
+    @property
+    def has_split_gdn_projections(self) -> bool:
+        """Qwen3.5's GDN layout: quantized in_proj_qkv and in_proj_z, unquantized in_proj_b and in_proj_a
+        (what exllamav3's BC_GatedDeltaNetSplit graph path takes)."""
+        names = self.tensors
+        return any(n.endswith("linear_attn.in_proj_qkv.trellis") for n in names) and any(
+            n.endswith("linear_attn.in_proj_b.weight") and t.dtype == "F16" for n, t in names.items())
+
+    @property
+    def gdn_qkv_bits(self) -> int:
+        """Bits per weight of the GDN qkv projection: its trellis is [in/16, out/16, 16 * bits], 0 if none."""
+        for name, tensor in self.tensors.items():
+            if name.endswith("linear_attn.in_proj_qkv.trellis") and len(tensor.shape) == 3:
+                return tensor.shape[2] // 16
+        return 0
+
     def weight_bytes(self, group: WeightGroup) -> int:
-        return sum(t.nbytes for t in self.tensors.values() if _group_of(t.name) == group)
+        return sum(t.nbytes for t in self.tensors.values() if weight_group(t.name) == group)
 
     @property
     def total_bytes(self) -> int:
@@ -142,7 +158,7 @@ class ModelInfo:
         """(in_features, out_features) of the widest linear whose name contains `contains`, or (0, 0)."""
         best = (0, 0)
         for name, tensor in self.tensors.items():
-            if contains not in name or _group_of(name) != "text":
+            if contains not in name or weight_group(name) != "text":
                 continue
             dims = _linear_dims(name, tensor, self.tensors)
             if dims and dims[0] * dims[1] > best[0] * best[1]:
@@ -291,7 +307,8 @@ def _layer_types(text: dict, num_layers: int, directory: Path) -> tuple[str, ...
     return ("full_attention",) * num_layers
 
 
-def _group_of(name: str) -> WeightGroup:
+def weight_group(name: str) -> WeightGroup:
+    """Which part of a checkpoint a tensor belongs to, by its name."""
     if name.startswith("mtp."):
         return "mtp"
     if name.startswith(_VISION_PREFIXES):

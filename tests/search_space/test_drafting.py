@@ -156,8 +156,12 @@ def test_a_draft_model_adds_its_weights_kv_cache_and_recurrent_state(qwen27b_dir
     plain = memory.estimate(ServingConfig.from_dict({"engine": "exllamav3", "args": {"cache_slots": 2}}))
     drafted = memory.estimate(ServingConfig.from_dict({"engine": "exllamav3", "args": {
         "cache_slots": 2, "draft_mode": "draft_model", "draft_model_dir": str(causal_draft_dir)}}))
-    # the drafter's unquantized embedding stays in system RAM, as the target's does
-    weights = draft.weight_bytes("text")
+    # the drafter's unquantized embedding stays in system RAM, as the target's does; its own loader
+    # lays out its text weights (own slabs) and its GDN layers keep their own graph statics
+    drafter = MemoryModel(draft)
+    weights = drafter.loaded_weight_bytes({}) + drafter.graph_statics_bytes({})
+    assert draft.weight_bytes("text") <= drafter.loaded_weight_bytes({}) < draft.weight_bytes("text") + 128 * 2**20
+    assert drafter.graph_statics_bytes({}) > 0
     kv = 32768 * 1 * 2 * 2 * 256 * FP16  # 1 attention layer x K,V x 2 KV heads x head_dim 256, fp16
     # 3 GDN layers per slot: state rows, conv ring and staging over max_history 4 (exllamav3 drafts 4)
     per_slot = MemoryModel(draft).recurrent_bytes_per_slot(max_history=4)

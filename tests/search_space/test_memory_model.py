@@ -4,6 +4,10 @@ Measured (device/README.md, 2026-11-29), shape-true Qwen3.8-27B at 4.0 bpw, stoc
 batch 1: allocated after load with a 32K-token cache 15.0 GiB (fp16), 14.0 GiB (8/8 bits),
 13.5 GiB (4/4 bits); peak 15.7 GiB at chunk 4096 and 16.2 GiB at chunk 8192 (fp16 cache).
 
+Measured again allocation by allocation (.ci/gpu/memory_probe.py, H200, 2026-12-01; the JSON is
+examples/real-0.5b-workload/mtp-27b/memory-probe.json), the published multimodal layout with its MTP
+layer, as the server loads it: the figures in PROBE below.
+
 ASSUMPTION: the run's recurrent-state slot count is not recorded. We take 1 slot (Cache(max_batch_size=1),
 the natural choice for a batch-1 measurement) and check TabbyAPI's 4 as well: both reproduce every
 figure within 10%. exllamav3's default of 16 slots adds 2.2 GiB and would not (see the last test here).
@@ -17,7 +21,16 @@ from search_space.model_info import read_model_info
 from serving.config import ServingConfig
 
 GiB = 1024**3
+MiB = 1024**2
 KiB = 1024
+# memory_probe.py on the H200: torch's allocated bytes after the server's load and warm-up, and the
+# peak of any load step, for the published 27B layout (exllamav3 defaults unless named)
+PROBE = {
+    "defaults": ({}, 18492327424, 19001935360),
+    "cache 8K": ({"cache_tokens": 8192}, 16881714688, 17391322624),
+    "chunk 512": ({"max_chunk_size": 512}, 18492327424, 18771248640),
+    "mtp 1": ({"draft_mode": "mtp", "num_draft_tokens": 1}, 18871596032, 19381201408),
+}
 ASSUMED_SLOTS = (1, 4)
 
 
@@ -52,8 +65,39 @@ def test_recurrent_state_per_slot_follows_gdn_layer_state(memory):
 
 def test_weights_exclude_the_embedding_that_exllamav3_keeps_in_system_ram(memory, qwen27b_dir):
     info = read_model_info(qwen27b_dir)
-    assert memory.weights_bytes == info.total_bytes - info.weight_bytes("embedding")
-    assert memory.weights_bytes / GiB == pytest.approx(12.28, abs=0.01)
+    plain = memory.estimate(ServingConfig.from_dict({"engine": "exllamav3", "env": {"EXL3_LOAD_ARENA": "0"}}))
+    assert plain.weights_bytes == info.total_bytes - info.weight_bytes("embedding")
+    assert plain.weights_bytes / GiB == pytest.approx(12.28, abs=0.01)
+
+
+def test_weights_are_laid_out_as_the_loader_allocated_them_on_the_gpu(memory):
+    """The probe: 257 tensors over 16 MiB allocated alone (10749.4 MiB), the rest in 15 slabs of 128 MiB."""
+    assert memory.weights_bytes == int(10749.375 * MiB) + 15 * 128 * MiB
+    assert memory.estimate(_config()).weights_bytes == memory.weights_bytes
+
+
+def test_gdn_graph_statics_are_the_merged_ba_projection_and_the_qkvz_carrier(memory):
+    """The probe: 45.0 MiB of merged b/a projections and 384 MiB of fp32 carriers over the 48 GDN layers."""
+    ba = 2 * 48 * 5120 * 2  # (2 x 48 value heads, hidden) fp16
+    carrier = (10240 + 6144) * 8 * 16 * 4  # (qkv + z width) x MAX_BSZ x MAX_QLEN rows, fp32
+    assert 48 * ba == 45 * MiB and 48 * carrier == 384 * MiB
+    assert memory.graph_statics_bytes({}) == 48 * (ba + carrier)
+    assert memory.graph_statics_bytes({"EXL3_BC_GDN": "0"}) == 0  # no graph path, no statics
+    assert memory.graph_statics_bytes({"EXL3_QKV_SLICE": "0"}) == 48 * ba  # no sliced bundle
+    # a bundle as wide as the N threshold is unfused at 4 bits (below the int8 GEMV's K threshold)
+    assert memory.graph_statics_bytes({"EXL3_MGEMM_N_THRESHOLD": "2048"}) == 48 * ba
+    assert memory.graph_statics_bytes({"EXL3_INT8_GEMV": "0", "EXL3_MGEMM_N_THRESHOLD": "2048"}) == 48 * (ba + carrier)
+    assert memory.estimate(_config()).graph_statics_bytes == 48 * (ba + carrier)
+
+
+@pytest.mark.parametrize("name", list(PROBE))
+def test_the_published_layout_is_predicted_within_a_quarter_gib_of_the_probe(qwen27b_mtp_dir, name):
+    """Issue #13's bar: within 0.25 GiB. What remains is scratch the decode paths keep after warm-up
+    (about 0.1 GiB in the probe), which the model leaves out: it under-predicts, never over."""
+    args, resident, peak = PROBE[name]
+    estimate = MemoryModel(read_model_info(qwen27b_mtp_dir)).estimate(_config(**args))
+    assert 0 <= resident - estimate.resident_bytes <= 0.15 * GiB
+    assert abs(peak - estimate.peak_bytes) <= 0.25 * GiB
 
 
 @pytest.mark.parametrize("slots", ASSUMED_SLOTS)
@@ -105,7 +149,11 @@ def test_mtp_drafting_adds_its_weights_its_cache_and_the_sparse_head(qwen27b_mtp
     mtp = memory.estimate(_config(cache_slots=1, draft_mode="mtp", sparse_draft_head=16384))
     assert plain.draft_bytes == 0
     one_layer_cache = 32768 * 4 * KiB  # 1 attention layer x fp16 K,V at 4 KiB/token
-    assert mtp.draft_bytes == info.weight_bytes("mtp") + one_layer_cache + 16384 * 5120 * 2
+    # the MTP head loads through the target's loader: its large tensors alone, its small ones into the
+    # target's slabs (whose tails hold them here: the probe saw 15 slabs with MTP as without)
+    mtp_large = sum(t.nbytes for n, t in info.tensors.items() if n.startswith("mtp.") and t.nbytes > 16 * MiB)
+    assert mtp.draft_bytes == mtp_large + one_layer_cache + 16384 * 5120 * 2
+    assert memory.mtp_weights_bytes == mtp_large
     assert mtp.weights_bytes == plain.weights_bytes  # vision tensors are never loaded
     assert mtp.workspace_bytes - plain.workspace_bytes == 2048 * 5120 * 2  # exported final states
 
@@ -117,7 +165,10 @@ def test_dflash_drafting_adds_the_draft_checkpoint_its_cache_and_tapped_states(q
         "cache_slots": 1, "draft_mode": "dflash", "draft_model_dir": str(dflash_dir)}})
     plain = memory.estimate(_config(cache_slots=1))
     dflash = memory.estimate(config)
-    assert dflash.draft_bytes == draft.total_bytes + 32768 * 8 * 128 * 2 * 2
+    # its own loader: its large tensors alone, its small ones in whole slabs of its own
+    large = sum(t.nbytes for t in draft.tensors.values() if t.nbytes > 16 * MiB)
+    small = sum(-(-t.nbytes // 256) * 256 for t in draft.tensors.values() if t.nbytes <= 16 * MiB)
+    assert dflash.draft_bytes == large + -(-small // (128 * MiB)) * 128 * MiB + 32768 * 8 * 128 * 2 * 2
     assert dflash.workspace_bytes - plain.workspace_bytes == 5 * 2048 * 5120 * 2
 
 

@@ -1,7 +1,10 @@
 """GPU machine (issue #13): where the memory model's missing VRAM goes, allocation by allocation.
 
-The shape-true 27B is under-predicted by ~0.6 GiB resident, in the text and the multimodal layout
+The shape-true 27B was under-predicted by ~0.6 GiB resident, in the text and the multimodal layout
 alike (examples/q27-table-study: calibrated offsets 0.52-0.58 GiB; mtp_check: 0.62 GiB). This probe
+found the terms (the loader's 128 MiB weight slabs, each GDN layer's graph statics: now in
+search_space/memory.py; its run of 2026-12-01 is examples/real-0.5b-workload/mtp-27b/memory-probe*.json).
+It
 loads a checkpoint exactly as the server does (serving.__main__.build_engine, then the engine's own
 _load and _warmup), in a fresh process per variant, with torch's allocator history on, and writes:
 

@@ -83,8 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--finalists", type=int, default=2)
     parser.add_argument("--finalist-launches", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--heartbeat", type=int, default=10, help=argparse.SUPPRESS)
-    parser.add_argument("--grace", type=int, default=60, help=argparse.SUPPRESS)
+    parser.add_argument("--heartbeat", type=int, default=10,
+                        help="shared studies: seconds between a worker's heartbeats, for its trial and its claim "
+                        "to confirm the finalists (default 10)")
+    parser.add_argument("--grace", type=int, default=60,
+                        help="shared studies: seconds without a heartbeat after which another worker, on any host, "
+                        "retries the trial or takes over the claim (default 60; well above the hosts' clock skew)")
     parser.add_argument("--out", type=Path, default=Path("champion.json"), help="export: where to write the config")
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser

@@ -10,16 +10,22 @@ Usage:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from sqlalchemy import delete, insert, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 import results
-from results.schema import claims, finalists, measurements, provenance
+from results.schema import claims, finalists, measurements, now, provenance
 
 __all__ = ["ResultsDB"]
+
+log = logging.getLogger(__name__)
 
 
 def _rows(conn, query) -> list[dict[str, Any]]:
@@ -75,28 +81,84 @@ class ResultsDB:
         with self.engine.connect() as conn:
             return _rows(conn, select(finalists).where(finalists.c.study == study).order_by(finalists.c.id))
 
-    def claim(self, *, study: str, what: str, key: str, worker: str,
+    def claim(self, *, study: str, what: str, key: str, worker: str, grace_s: float | None = None,
               holder_gone: Callable[[str], bool] = lambda _: False) -> str | None:
         """Take a piece of work once across every worker of a study: None when this worker got it, else
         the worker that holds it (the database's unique constraint decides, on SQLite and PostgreSQL).
 
-        A claim whose holder is gone (`holder_gone(holder)`: a worker killed before it finished) is taken
-        over: its row is deleted and the claim tried once more, so two survivors still get it once."""
+        An unfinished claim whose holder is gone is taken over: its row is deleted and the claim tried
+        once more, so two survivors still get it once. Gone is `holder_gone(holder)` (a process of this
+        host that has left), or, given `grace_s`, no heartbeat (`holding`) for longer than that, which
+        any worker on any host can see. Hosts' clocks are taken to agree to well within `grace_s`."""
         where = (claims.c.study == study) & (claims.c.what == what) & (claims.c.key == key)
+        holder = "another worker"
         for _ in range(2):
             try:
                 with self.engine.begin() as conn:
-                    conn.execute(insert(claims).values(study=study, what=what, key=key, worker=worker))
+                    conn.execute(insert(claims).values(study=study, what=what, key=key, worker=worker,
+                                                       heartbeat_at=now()))
                 return None
             except IntegrityError:
                 with self.engine.connect() as conn:
-                    row = conn.execute(select(claims.c.worker).where(where)).first()
-                holder = row.worker if row else "another worker"
-                if row is None or not holder_gone(holder):
+                    row = conn.execute(select(claims).where(where)).first()
+                if row is None:  # released between our insert and our look: try again
+                    continue
+                holder = row.worker
+                if row.finished_at is not None or not (holder_gone(holder) or _silent(row, grace_s)):
                     return holder
-                with self.engine.begin() as conn:
-                    conn.execute(delete(claims).where(where & (claims.c.worker == holder)))
+                log.warning("taking over the claim to %s (%s) from %s: %s", what, key, holder,
+                            "its process has left" if holder_gone(holder) else f"no heartbeat for over {grace_s} s")
+                with self.engine.begin() as conn:  # that row only: a survivor may have replaced it (ids recur)
+                    conn.execute(delete(claims).where((claims.c.id == row.id) & (claims.c.worker == holder)))
         return holder
+
+    @contextlib.contextmanager
+    def holding(self, *, study: str, what: str, key: str, worker: str, interval_s: float) -> Iterator[threading.Event]:
+        """While the work of a claim this worker got runs: beat its heartbeat every `interval_s` from a
+        daemon thread; on a clean exit mark it finished, on an exception release it for another worker.
+
+        Yields an Event that is set once the claim is no longer this worker's (another worker took it
+        over after our heartbeat stalled): check it before writing the work's result."""
+        where = ((claims.c.study == study) & (claims.c.what == what) & (claims.c.key == key)
+                 & (claims.c.worker == worker) & claims.c.finished_at.is_(None))
+        stop, lost = threading.Event(), threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(interval_s):
+                try:
+                    with self.engine.begin() as conn:
+                        if conn.execute(update(claims).where(where).values(heartbeat_at=now())).rowcount != 1:
+                            lost.set()
+                            return
+                except SQLAlchemyError as exc:  # one missed beat; the grace period covers a few
+                    log.warning("claim heartbeat failed: %s", exc)
+
+        thread = threading.Thread(target=beat, name="claim-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield lost
+        except BaseException:
+            stop.set()
+            thread.join()
+            with self.engine.begin() as conn:
+                conn.execute(delete(claims).where(where))
+            raise
+        stop.set()
+        thread.join()
+        with self.engine.begin() as conn:
+            conn.execute(update(claims).where(where).values(finished_at=now(), heartbeat_at=now()))
+
+    def claim_rows(self, *, study: str) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            return _rows(conn, select(claims).where(claims.c.study == study).order_by(claims.c.id))
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _silent(row, grace_s: float | None) -> bool:
+    """No sign of life from the claim's holder for longer than grace_s (never, without a grace period)."""
+    if grace_s is None:
+        return False
+    last = row.heartbeat_at or row.created_at
+    return now() - last > dt.timedelta(seconds=grace_s)

@@ -16,6 +16,7 @@ import logging
 import os
 import secrets
 import statistics
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -94,11 +95,25 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
         return champion
 
     finished = sum(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for t in trials)
-    holder = db.claim(study=plan.study_name, what="confirm finalists", key=f"after {finished} finished trials",
-                      worker=worker_name(), holder_gone=worker_gone)
+    claim = {"study": plan.study_name, "what": "confirm finalists", "key": f"after {finished} finished trials",
+             "worker": worker_name()}
+    holder = db.claim(**claim, grace_s=plan.grace_s, holder_gone=worker_gone)
     if holder is not None:  # several workers end together: one confirms, on its own GPU
         raise ConfirmedElsewhere(f"worker {holder} confirms the finalists of these {finished} trials; its "
                                  "RESULTS.md names the champion")
+    with db.holding(**claim, interval_s=plan.heartbeat_s) as lost:
+        return _confirm(plan, study, space, db, baseline, finalists, trials, lost)
+
+
+def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: ResultsDB, baseline: optuna.trial.FrozenTrial,
+             finalists: list[optuna.trial.FrozenTrial], trials: list[optuna.trial.FrozenTrial],
+             lost: threading.Event) -> Champion | None:
+    """The claimed round: fresh launches of the baseline and the finalists, interleaved, then the decision.
+
+    Raises:
+        ConfirmedElsewhere: the claim was taken over while the launches ran (this worker's heartbeat
+            stalled past the grace period); the other worker's round decides, not this one.
+    """
     # a round cut short (the confirming worker killed) left launches but no decision: the next is a new round
     launched = (r["payload"]["round"] for r in db.measurements(study=plan.study_name, kind="finalist_bench"))
     round_ = 1 + max((*(r["round"] for r in db.finalists(study=plan.study_name)), *launched), default=0)
@@ -110,6 +125,9 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
             if result is not None:
                 results[t.number].append(result)
 
+    if lost.is_set():
+        raise ConfirmedElsewhere(f"the claim to confirm round {round_} was taken over while it ran (no heartbeat "
+                                 f"for over {plan.grace_s} s); the worker that took it decides")
     base_runs = results[baseline.number]
     if not base_runs:
         log.error("the baseline could not be measured in any confirmation launch; no champion decided")

@@ -135,6 +135,10 @@ claims = sa.Table(
     sa.Column("key", sa.String(200), nullable=False),  # what exactly, e.g. "after 12 finished trials"
     sa.Column("worker", sa.String(200), nullable=False),  # host:pid
     _created_at(),
+    # the holder's last sign of life (NULL: written before revision 0002; created_at stands in): a
+    # claim whose holder stopped beating for longer than the grace period is taken over, on any host
+    sa.Column("heartbeat_at", UTCDateTime, nullable=True),
+    sa.Column("finished_at", UTCDateTime, nullable=True),  # the work is done: never taken over
     sa.UniqueConstraint("study", "what", "key", name="uq_ar_claims_once"),
 )
 

@@ -48,6 +48,8 @@ def _assert_readable(url: str, study: str, counts: dict[str, int]) -> None:
         for name, n in counts.items():  # no row lost
             assert conn.execute(sa.select(sa.func.count()).select_from(metadata.tables[name])).scalar_one() == n
     assert set(metadata.tables) <= set(sa.inspect(engine).get_table_names())  # ar_claims came later: now there
+    claim_columns = {c["name"] for c in sa.inspect(engine).get_columns("ar_claims")}
+    assert {"heartbeat_at", "finished_at"} <= claim_columns  # revision 0002
     rows = db.measurements(study=study)
     assert len(rows) == counts["ar_measurements"] > 0
     assert all(isinstance(r["payload"], dict) and r["created_at"].tzinfo == dt.UTC for r in rows)

@@ -2,9 +2,9 @@
 
 Takes any results.db to the schema of results/schema.py, rows kept:
 - a fresh database, or one missing tables (ar_claims came late; a database only one old store ever
-  opened): the missing tables are created as results/schema.py defines them. That is right while
-  this is the head revision; a later revision that changes a table must first copy the table's
-  definition as it is now into this file.
+  opened): the missing tables are created as results/schema.py defines them, except ar_claims,
+  created as it was at this revision (below: revision 0002 adds its heartbeat). A later revision
+  that changes a table must likewise first copy the table's definition as it is now into this file.
 - eval_fidelity_measurements.top1_decisive_agreement, which the old code added by a hand-written
   ALTER when missing: added the same way (nullable; older rows read NULL).
 - PostgreSQL: the ar_* created_at columns were `timestamp` holding naive UTC, now `timestamptz`;
@@ -18,7 +18,19 @@ Revises: (none)
 import sqlalchemy as sa
 from alembic import op
 
-from results.schema import metadata
+from results.schema import UTCDateTime, metadata, now
+
+# ar_claims as it was at this revision (0002 adds heartbeat_at and finished_at)
+_claims_0001 = sa.Table(
+    "ar_claims", sa.MetaData(),
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("study", sa.String(200), nullable=False),
+    sa.Column("what", sa.String(80), nullable=False),
+    sa.Column("key", sa.String(200), nullable=False),
+    sa.Column("worker", sa.String(200), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False, default=now),
+    sa.UniqueConstraint("study", "what", "key", name="uq_ar_claims_once"),
+)
 
 revision = "0001"
 down_revision = None
@@ -29,7 +41,9 @@ def upgrade() -> None:
     bind = op.get_bind()
     inspector = sa.inspect(bind)
     present = set(inspector.get_table_names())
-    metadata.create_all(bind, tables=[t for t in metadata.sorted_tables if t.name not in present])
+    for table in metadata.sorted_tables:
+        if table.name not in present:
+            (_claims_0001 if table.name == _claims_0001.name else table).create(bind)
 
     def columns(table: str) -> dict[str, sa.types.TypeEngine]:
         return {c["name"]: c["type"] for c in inspector.get_columns(table)}

@@ -1,0 +1,115 @@
+"""Claims across hosts: a holder beats a heartbeat while it works; one that falls silent past the grace
+period is taken over by any worker, a finished claim never is, and a holder that lost its claim knows.
+
+Runs on SQLite, and on PostgreSQL where AUTORESEARCH_TEST_POSTGRES_URL names a server (CI starts one).
+Real time, short periods: the heartbeat is a thread, and its timing is what is under test.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+from autoresearch.db import ResultsDB
+
+PG_URL = os.environ.get("AUTORESEARCH_TEST_POSTGRES_URL")
+CLAIM = {"what": "confirm finalists", "key": "after 8 finished trials"}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'results.db'}"
+    if not PG_URL:
+        pytest.skip("AUTORESEARCH_TEST_POSTGRES_URL is not set")
+    return PG_URL
+
+
+@pytest.fixture
+def study():
+    return f"claims-{uuid.uuid4().hex[:8]}"  # PostgreSQL is shared between tests: a study of our own
+
+
+def test_a_silent_holder_on_another_host_is_taken_over_after_the_grace_period(url, study):
+    silent, survivor = ResultsDB(url), ResultsDB(url)
+    assert silent.claim(study=study, worker="host-a:11", **CLAIM) is None  # then killed: no heartbeat follows
+    assert survivor.claim(study=study, worker="host-b:22", grace_s=0.6, **CLAIM) == "host-a:11", \
+        "inside the grace period the holder keeps its claim"
+    time.sleep(0.8)
+    assert survivor.claim(study=study, worker="host-b:22", grace_s=0.6, **CLAIM) is None
+    assert [r["worker"] for r in survivor.claim_rows(study=study)] == ["host-b:22"]
+    # without a grace period nobody can tell a silent holder on another host from a slow one
+    assert ResultsDB(url).claim(study=study, worker="host-c:33", **CLAIM) == "host-b:22"
+
+
+def test_a_beating_holder_keeps_its_claim_and_finishing_it_keeps_it_for_good(url, study):
+    holder, other = ResultsDB(url), ResultsDB(url)
+    assert holder.claim(study=study, worker="host-a:11", **CLAIM) is None
+    with holder.holding(study=study, worker="host-a:11", interval_s=0.1, **CLAIM) as lost:
+        for _ in range(4):  # 0.8 s, well past the grace period, beating all along
+            time.sleep(0.2)
+            assert other.claim(study=study, worker="host-b:22", grace_s=0.5, **CLAIM) == "host-a:11"
+        assert not lost.is_set()
+    [row] = holder.claim_rows(study=study)
+    assert row["finished_at"] is not None and row["heartbeat_at"] >= row["created_at"]
+    time.sleep(0.6)  # silent since it finished: still done, never taken over
+    assert other.claim(study=study, worker="host-b:22", grace_s=0.5, **CLAIM) == "host-a:11"
+
+
+def test_a_holder_that_fails_releases_its_claim_at_once(url, study):
+    holder, other = ResultsDB(url), ResultsDB(url)
+    assert holder.claim(study=study, worker="host-a:11", **CLAIM) is None
+    with pytest.raises(RuntimeError, match="launch failed"):
+        with holder.holding(study=study, worker="host-a:11", interval_s=5, **CLAIM):
+            raise RuntimeError("launch failed")
+    assert holder.claim_rows(study=study) == []
+    assert other.claim(study=study, worker="host-b:22", **CLAIM) is None
+
+
+def test_a_stalled_holder_learns_that_its_claim_was_taken_over(url, study):
+    """Beats every 0.4 s against a grace period of 0.2 s: silent long enough for another worker to take
+    the claim, and the next beat finds the row no longer its own."""
+    stalled, other = ResultsDB(url), ResultsDB(url)
+    assert stalled.claim(study=study, worker="host-a:11", **CLAIM) is None
+    with stalled.holding(study=study, worker="host-a:11", interval_s=0.4, **CLAIM) as lost:
+        time.sleep(0.3)
+        assert other.claim(study=study, worker="host-b:22", grace_s=0.2, **CLAIM) is None
+        assert lost.wait(timeout=2.0)
+    [row] = other.claim_rows(study=study)
+    assert row["worker"] == "host-b:22" and row["finished_at"] is None, "the stalled holder finished nothing"
+
+
+def test_two_survivors_take_a_silent_claim_once(url, study):
+    ResultsDB(url).claim(study=study, worker="host-a:11", **CLAIM)
+    time.sleep(0.4)
+    got: dict[str, str | None] = {}
+
+    def take(worker: str) -> None:
+        got[worker] = ResultsDB(url).claim(study=study, worker=worker, grace_s=0.3, **CLAIM)
+
+    threads = [threading.Thread(target=take, args=(w,)) for w in ("host-b:22", "host-c:33")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [w for w, holder in got.items() if holder is None]
+    assert len(winners) == 1, got
+    [loser] = set(got) - set(winners)
+    assert got[loser] == winners[0]
+
+
+def test_a_claim_written_before_the_heartbeat_column_counts_from_its_creation(tmp_path):
+    """Revision 0002's rows of old: NULL heartbeat, so created_at is the holder's last sign of life."""
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    db = ResultsDB(url)
+    assert db.claim(study="s", worker="host-a:11", **CLAIM) is None
+    with db.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE ar_claims SET heartbeat_at = NULL"))
+    assert db.claim(study="s", worker="host-b:22", grace_s=3600, **CLAIM) == "host-a:11"
+    time.sleep(0.3)
+    assert db.claim(study="s", worker="host-b:22", grace_s=0.2, **CLAIM) is None

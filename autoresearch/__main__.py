@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "weighted as the suite weights them (default when a suite runs); bench's math corpus "
                         "(default with --suite none); or a bench workload JSON file")
     parser.add_argument("--bench-decode-tokens", type=int, help="tokens per decode run (default 128 on GPU)")
+    parser.add_argument("--bench-decode-until", choices=("length", "eos"),
+                        help="length (default): every decode run exactly --bench-decode-tokens, past the answer; "
+                        "eos: the model's own answers (for a model that answers within --bench-decode-tokens, "
+                        "where the text past its answer would flatter drafting)")
     parser.add_argument("--bench-max-repeats", type=int, help="measured runs per point at most (default 6 on GPU)")
     parser.add_argument("--min-floor-top1-disagreement", type=float,
                         help="gate: the top-1 disagreement floor assumed when the measured one is smaller "
@@ -275,6 +279,8 @@ def _bench_plan(engine: str, args: argparse.Namespace, workload=None):
                 raise PlanError(f"--{flag.replace('_', '-')} {value!r}: write token counts like 1024,8192") from exc
     if args.bench_decode_tokens is not None:
         changes["decode_tokens"] = args.bench_decode_tokens
+    if args.bench_decode_until is not None:
+        changes["decode_until"] = args.bench_decode_until
     if args.bench_max_repeats is not None:
         changes["max_repeats"] = args.bench_max_repeats
         changes["min_repeats"] = min(plan.min_repeats, args.bench_max_repeats)

@@ -101,7 +101,14 @@ def _measure_parser() -> argparse.ArgumentParser:
     p.add_argument("--workload", type=Path,
                    help="decode on these tasks instead of the corpus (a bench workload JSON, e.g. from "
                         "`python -m eval workload --suite offline`): one decode point per kind and context")
-    p.add_argument("--decode-tokens", type=int, default=256, help="fixed output length per decode run")
+    p.add_argument("--decode-tokens", type=int, default=256,
+                   help="output length per decode run: exactly this, or at most this with --decode-until eos")
+    p.add_argument("--decode-until", choices=("length", "eos"), default="length",
+                   help="length: ignore_eos, every run exactly --decode-tokens; eos: the model's own answers, "
+                   "each ending at its end of sequence (drafting predicts the text past an answer far better "
+                   "than the answer: use eos where the model answers within --decode-tokens)")
+    p.add_argument("--decode-min-tokens", type=int, default=16,
+                   help="with --decode-until eos: shorter answers are invalid runs (too short to time decode)")
     p.add_argument(
         "--repeats",
         type=int,
@@ -219,6 +226,8 @@ def _measure(argv: Sequence[str], console: Console) -> int:
         decode_kinds=kinds,
         workload=workload.summary() if workload else None,
         decode_tokens=args.decode_tokens,
+        decode_until=args.decode_until,
+        decode_min_tokens=args.decode_min_tokens,
         min_repeats=args.repeats,
         max_repeats=args.max_repeats if args.max_repeats is not None else max(10, args.repeats),
         warmup_requests=args.warmup,

@@ -292,14 +292,16 @@ class _Session:
         return PrefillPoint(target_tokens=target, warmups=warmups, runs=runs, settled=settled)
 
     def measure_decode(self, context: int, kind: PromptKind | str) -> DecodePoint:
-        """Greedy decode of exactly plan.decode_tokens after a natural `kind` prompt of `context` tokens."""
+        """Greedy decode after a natural `kind` prompt of `context` tokens: exactly plan.decode_tokens,
+        or, with decode_until "eos", the model's answer up to that many."""
         n = self.plan.decode_tokens
+        until_eos = self.plan.decode_until == "eos"
         warmups, runs, settled = self._measure_point(
             key=f"decode@{context}/{kind}",
             target=context,
             make_prompt=lambda chars, serial: self.source.decode(kind, chars, serial),
             max_tokens=n,
-            expected_completion_tokens=n,
+            expected_completion_tokens=(self.plan.decode_min_tokens, n) if until_eos else n,
             rate=_DECODE_RATE,
             target_rel_ci=self.plan.decode_target_rel_ci,
         )
@@ -314,7 +316,7 @@ class _Session:
         target: int,
         make_prompt: Callable[[int, int], Prompt],
         max_tokens: int,
-        expected_completion_tokens: int | None,
+        expected_completion_tokens: int | tuple[int, int] | None,
         rate: str,
         target_rel_ci: float,
     ) -> tuple[tuple[RequestResult, ...], tuple[RequestResult, ...], bool]:
@@ -322,10 +324,11 @@ class _Session:
         scale = self._scale  # the run-wide fit; refined below from this point's own prompts
         seen: list[tuple[int, int]] = []  # (chars, prompt_tokens) at this point
         warmups: list[RequestResult] = []
+        ignore_eos = not isinstance(expected_completion_tokens, tuple)  # a range: the model's own answers
         # discard: one warm-up per point at least (a new length allocates and tunes); they also fit the size
         while True:
             prompt = make_prompt(scale.chars_for(target), self._next_serial())
-            result = self._send("warmup", key, prompt, target, max_tokens)
+            result = self._send("warmup", key, prompt, target, max_tokens, ignore_eos=ignore_eos)
             self._raise_if_down(result, key)
             warmups.append(result)
             scale = self._refit(scale, seen, prompt, result)
@@ -338,7 +341,7 @@ class _Session:
         settled = False
         while len(runs) < plan.max_repeats:
             prompt = make_prompt(scale.chars_for(target), self._next_serial())
-            result = self._send("measure", key, prompt, target, max_tokens)
+            result = self._send("measure", key, prompt, target, max_tokens, ignore_eos=ignore_eos)
             self._raise_if_down(result, key)
             reason = validate_run(
                 result,
@@ -361,9 +364,10 @@ class _Session:
     # ---- one request ----
 
     def _send(
-        self, purpose: Purpose, point: str, prompt: Prompt, target: int | None, max_tokens: int
+        self, purpose: Purpose, point: str, prompt: Prompt, target: int | None, max_tokens: int,
+        *, ignore_eos: bool = True,
     ) -> RequestResult:
-        ignore_eos = self._fields["ignore_eos"]
+        ignore_eos = ignore_eos and self._fields["ignore_eos"]
         body = build_body(
             api=self.plan.api,
             model=self._model,

@@ -50,7 +50,14 @@ class BenchPlan:
     # a workload's summary (bench.workload.Workload.summary: name, sha256, weights): decode_kinds are
     # then its kinds, and run_bench must be given the workload itself
     workload: dict[str, Any] | None = None
-    decode_tokens: int = 256  # fixed output length; runs that end short are invalid
+    decode_tokens: int = 256  # output length: exactly this ("length"), or at most this ("eos")
+    # "length": ignore_eos is sent and a run must give exactly decode_tokens (the text past the model's
+    # answer counts too); "eos": the model's own answers, each ending at its end of sequence or at
+    # decode_tokens, and a run shorter than decode_min_tokens is invalid. Past its answer a model
+    # writes text that drafting predicts far better than the answer itself (repeats, padding), so
+    # "eos" is the honest decode of a drafted configuration whose model answers within decode_tokens.
+    decode_until: str = "length"
+    decode_min_tokens: int = 16  # "eos" only: the shortest run that times decode
     min_repeats: int = 3  # valid measured runs per point, at least
     max_repeats: int = 10  # measured runs per point, at most (valid or not)
     warmup_requests: int = 2  # before any point: discarded (autotuning, allocator, clocks)
@@ -86,8 +93,7 @@ class BenchPlan:
             raise BenchConfigError(
                 f"decode_kinds {self.decode_kinds!r}: each must be one of {', '.join(allowed)}"
             )
-        if self.decode_tokens < 3:
-            raise BenchConfigError(f"decode_tokens must be >= 3 to time decoding, got {self.decode_tokens}")
+        self._check_decode_length()
         if not 1 <= self.min_repeats <= self.max_repeats:
             raise BenchConfigError(
                 f"repeats: need 1 <= min_repeats <= max_repeats, got {self.min_repeats} and {self.max_repeats}"
@@ -112,6 +118,16 @@ class BenchPlan:
         if self.request_timeout_s <= 0 or (self.max_cached_tokens is not None and self.max_cached_tokens < 0):
             raise BenchConfigError("request_timeout_s must be positive and max_cached_tokens >= 0 (or None)")
 
+    def _check_decode_length(self) -> None:
+        if self.decode_tokens < 3:
+            raise BenchConfigError(f"decode_tokens must be >= 3 to time decoding, got {self.decode_tokens}")
+        if self.decode_until not in ("length", "eos"):
+            raise BenchConfigError(f"decode_until must be 'length' or 'eos', got {self.decode_until!r}")
+        if self.decode_until == "eos" and not 3 <= self.decode_min_tokens <= self.decode_tokens:
+            raise BenchConfigError(
+                f"decode_min_tokens must be in [3, decode_tokens={self.decode_tokens}], got {self.decode_min_tokens}"
+            )
+
     def _workload_kinds(self) -> tuple[str, ...] | None:
         """The workload summary's kinds (None without a workload); a malformed summary is refused."""
         w = self.workload
@@ -130,6 +146,8 @@ class BenchPlan:
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
+        if self.decode_until == "length":  # as plans were before "eos" existed: their digests stay the same
+            del d["decode_until"], d["decode_min_tokens"]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
     @classmethod

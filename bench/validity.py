@@ -28,9 +28,10 @@ def prefill_rate(server: ServerProfile) -> str:
 
 
 def validate_run(
-    result: RequestResult, *, expected_completion_tokens: int | None, max_cached_tokens: int
+    result: RequestResult, *, expected_completion_tokens: int | tuple[int, int] | None, max_cached_tokens: int
 ) -> str | None:
-    """Why a run must not count, or None. `expected_completion_tokens` None: at least one."""
+    """Why a run must not count, or None. `expected_completion_tokens`: exactly that many, a (least, most)
+    range (the model's own answers, ended by its end of sequence), or None: at least one."""
     if not result.ok:
         return f"request failed: {result.error}"
     if result.prompt_tokens is None or result.completion_tokens is None:
@@ -45,6 +46,15 @@ def validate_run(
     if expected_completion_tokens is None:
         if result.completion_tokens < 1:
             return "no completion token"
+    elif isinstance(expected_completion_tokens, tuple):
+        least, most = expected_completion_tokens
+        if not least <= result.completion_tokens <= most:
+            return (
+                f"completion of {result.completion_tokens} tokens, expected {least} to {most} "
+                f"(finish_reason {result.finish_reason!r}): too short to time decode"
+                if result.completion_tokens < least else
+                f"completion of {result.completion_tokens} tokens, more than the {most} asked for"
+            )
     elif result.completion_tokens != expected_completion_tokens:
         return (
             f"completion of {result.completion_tokens} tokens, expected exactly {expected_completion_tokens} "

@@ -113,3 +113,14 @@ def test_a_draft_model_opens_its_drafting_mode_and_is_part_of_what_a_study_measu
     assert "draft_model" in modes(space) and "draft_model" not in modes(_space(plan))
     with pytest.raises(PlanError, match="exllamav3 engine only"):
         make_plan(build_parser().parse_args(["--engine", "transformers", "--draft-model", str(q27.path)]))
+
+
+def test_decoding_until_eos_is_the_plans_and_makes_a_different_study():
+    from autoresearch.__main__ import _bench_plan, build_parser
+
+    fixed = _bench_plan("exllamav3", build_parser().parse_args([]))
+    eos = _bench_plan("exllamav3", build_parser().parse_args(["--bench-decode-until", "eos"]))
+    assert (fixed.decode_until, eos.decode_until) == ("length", "eos")
+    assert eos.digest != fixed.digest  # the study's key holds it: results measured either way never mix
+    with pytest.raises(PlanError, match="decode_min_tokens"):
+        _bench_plan("exllamav3", build_parser().parse_args(["--bench-decode-until", "eos", "--bench-decode-tokens", "8"]))

@@ -6,7 +6,8 @@ templated prompt shared with any earlier one, in whole pages (`page_tokens=1`: t
 exllamav3 reports). With `system_prompt` its chat template opens every prompt with the same system
 message, as Qwen2.5's does, so a real cache finds that opening in every prompt. It lets a test show
 that bench's prompts defeat such a cache beyond the opening and that bench flags a hit when prompts
-repeat. `stall_posts` makes chosen
+repeat. `answer_tokens` makes every answer end (at its EOS) after that many tokens unless the
+request sends ignore_eos, as a model that answers briefly does. `stall_posts` makes chosen
 requests stall before answering, as a first-time kernel compile does on a GPU server.
 
 `FakeNvml` stands in for the pynvml module (no GPU here; tests/gpu/fakes.py's `FakePynvml` for one
@@ -39,9 +40,11 @@ class PrefixCachingFakeServer:
         system_prompt: str | None = None,
         page_tokens: int = PAGE_TOKENS,
         decode_ends_after: int | None = None,
+        answer_tokens: int | None = None,
     ) -> None:
         self.api_key = api_key
         self.decode_ends_after = decode_ends_after  # end multi-token answers early, as a server ignoring ignore_eos
+        self.answer_tokens = answer_tokens  # the model's answers end here (EOS) unless ignore_eos is sent
         self.system_prompt = system_prompt
         self.page_tokens = page_tokens
         self.stall_posts = stall_posts  # 1-based numbers of the POSTs that stall
@@ -122,6 +125,8 @@ class PrefixCachingFakeServer:
                 n, finish = body["max_tokens"], "length"
                 if fake.decode_ends_after is not None and n > 1 and n > fake.decode_ends_after:
                     n, finish = fake.decode_ends_after, "stop"
+                if fake.answer_tokens is not None and n > fake.answer_tokens and not body.get("ignore_eos"):
+                    n, finish = fake.answer_tokens, "stop"
                 for _ in range(n):
                     time.sleep(0.001)
                     self._event(

@@ -115,6 +115,9 @@ def test_usage_errors_exit_2_and_name_the_value(capsys):
         main(["--url", "http://127.0.0.1:8000", "--prefill", "lots"])
     assert exc.value.code == 2
     assert main(["--url", "http://127.0.0.1:8000", "--repeats", "5", "--max-repeats", "2"]) == 2
+    capsys.readouterr()
+    assert main(["--url", "http://127.0.0.1:8000", "--decode-until", "eos", "--decode-tokens", "8"]) == 2
+    assert "decode_min_tokens must be in [3, decode_tokens=8], got 16" in capsys.readouterr().out
 
 
 def test_an_unreachable_server_exits_1_with_the_reason(capsys):

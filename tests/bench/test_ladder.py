@@ -239,3 +239,37 @@ def test_a_run_that_stalls_while_the_gpu_idles_is_set_aside_and_replaced(monkeyp
     assert [r.is_valid for r in point.runs].count(False) == 1
     assert len(point.valid_runs) >= plan.min_repeats  # the stalled run was replaced, not just dropped
     assert point.prefill_tok_per_s_client.min > 10 * bad.prefill_tok_per_s_client  # the median never saw it
+
+
+# ---- decode until the model's own end of sequence ----
+
+def test_decoding_until_eos_times_the_models_own_answers_and_never_sends_ignore_eos():
+    """A model that answers in 12 tokens: the fixed-length plan times 24 tokens, 12 of them past the
+    answer; the eos plan times the 12 and asks for nothing past them."""
+    plan = dataclasses.replace(FAKE_PLAN, prefill_tokens=(), decode_tokens=24)
+    with PrefixCachingFakeServer(answer_tokens=12) as server:
+        fixed = run_bench(plan, Endpoint(url=server.url))
+    with PrefixCachingFakeServer(answer_tokens=12) as server:
+        eos = run_bench(dataclasses.replace(plan, decode_until="eos", decode_min_tokens=8), Endpoint(url=server.url))
+        eos_bodies = server.bodies
+    (point,) = fixed.decode
+    assert {r.completion_tokens for r in point.valid_runs} == {24}
+    (point,) = eos.decode
+    assert len(point.valid_runs) == plan.min_repeats
+    assert {r.completion_tokens for r in point.runs} == {12} and {r.finish_reason for r in point.runs} == {"stop"}
+    assert not any(r.spec.ignore_eos for r in (*point.warmups, *point.runs))
+    decode_bodies = [b for b in eos_bodies if b["max_tokens"] == 24]
+    assert len(decode_bodies) >= len(point.warmups) + len(point.runs)
+    assert sum("ignore_eos" not in b for b in decode_bodies) == len(point.warmups) + len(point.runs)
+    assert eos.plan["decode_until"] == "eos" and "decode_until" not in fixed.plan
+
+
+def test_answers_too_short_to_time_decode_leave_the_point_unmeasured_with_the_reason():
+    plan = dataclasses.replace(FAKE_PLAN, prefill_tokens=(), decode_tokens=24, decode_until="eos",
+                               decode_min_tokens=16)
+    with PrefixCachingFakeServer(answer_tokens=5) as server:
+        result = run_bench(plan, Endpoint(url=server.url))
+    (point,) = result.decode
+    assert point.valid_runs == () and point.decode_tok_per_s_client is None
+    assert {r.invalid_reason for r in point.runs} == {
+        "completion of 5 tokens, expected 16 to 24 (finish_reason 'stop'): too short to time decode"}

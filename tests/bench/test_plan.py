@@ -32,11 +32,23 @@ def test_plan_round_trips_through_its_dict():
         ({"warmups_per_point": 0}, "warmups_per_point"),
         ({"decode_target_rel_ci": 0.0}, "decode_target_rel_ci"),
         ({"api": "responses"}, "api"),
+        ({"decode_until": "stop"}, "decode_until"),
+        ({"decode_until": "eos", "decode_tokens": 32, "decode_min_tokens": 64}, "decode_min_tokens"),
     ],
 )
 def test_invalid_plans_name_the_value(kwargs, named):
     with pytest.raises(BenchConfigError, match=named):
         BenchPlan(**kwargs)
+
+
+def test_decoding_until_eos_is_a_different_plan_and_the_fixed_length_plan_keeps_its_digest():
+    """Plans stored before decode_until existed (studies to resume, results to compare) digest the same."""
+    fixed = BenchPlan(salt="abc")
+    assert "decode_until" not in fixed.to_dict() and "decode_min_tokens" not in fixed.to_dict()
+    eos = BenchPlan(decode_until="eos", decode_min_tokens=32, salt="abc")
+    assert eos.digest != fixed.digest
+    assert BenchPlan.from_dict(eos.to_dict()) == eos
+    assert BenchPlan.from_dict(fixed.to_dict()) == fixed
 
 
 def test_unknown_keys_in_a_stored_plan_are_refused():

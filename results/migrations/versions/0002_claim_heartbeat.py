@@ -22,8 +22,12 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.add_column("ar_claims", sa.Column("heartbeat_at", UTCDateTime, nullable=True))
-    op.add_column("ar_claims", sa.Column("finished_at", UTCDateTime, nullable=True))
+    # a column already there is kept: a database adopted without a version table (0001 adopts any
+    # layout) may have been written by code that already had it
+    present = {c["name"] for c in sa.inspect(op.get_bind()).get_columns("ar_claims")}
+    for name in ("heartbeat_at", "finished_at"):
+        if name not in present:
+            op.add_column("ar_claims", sa.Column(name, UTCDateTime, nullable=True))
 
 
 def downgrade() -> None:

@@ -4,7 +4,8 @@ The decode objective is a weighted geometric mean over the workload's kinds (aut
 a champion faster on the mix may be slower on one kind, and drafting gains depend on the text, so the
 report shows each point. Numbers come from the finalists' fresh launches (the round that confirmed the
 champion: each launch's median, then the median over launches) or, before any round, from the search
-launch of each trial. Acceptance is the champion's pooled draft acceptance at that point.
+launch of each trial. Acceptance is the champion's pooled draft acceptance at that point. The
+baseline's answer length says whether fixed-length runs timed its answers or the text after them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ class KindRow:
     baseline: float | None  # tok/s, client-timed
     champion: float | None
     acceptance: float | None  # the champion's, None where it does not draft
+    # the median length of the baseline's own answers here (bench's warm-ups run to its end of
+    # sequence); None in records made before bench kept it
+    answer_tokens: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -39,6 +43,16 @@ class DecodeByKind:
     source: str  # which launches the numbers come from
     champion_trial: int | None
     rows: list[KindRow]
+    decode_tokens: int | None = None  # each run's length: exactly, or at most with until_eos
+    until_eos: bool = False  # runs timed the model's own answers (bench's decode_until "eos")
+
+    @property
+    def past_answer(self) -> list[KindRow]:
+        """Points whose fixed-length runs went on past the baseline's answers: decode there is timed
+        mostly on text after the answer, which drafting predicts far better than an answer."""
+        if self.until_eos or self.decode_tokens is None:
+            return []
+        return [r for r in self.rows if r.answer_tokens is not None and r.answer_tokens < self.decode_tokens]
 
 
 def read_decode_by_kind(db: ResultsDB, study_name: str, bench_plan: dict, baseline_trial: int,
@@ -64,11 +78,14 @@ def read_decode_by_kind(db: ResultsDB, study_name: str, bench_plan: dict, baseli
     total = sum(raw.values()) or 1.0
     rows = [KindRow(kind=m.kind, context=m.tokens, weight=raw[str(m)] / total, baseline=_median(base, "headline", str(m)),
                     champion=_median(champ, "headline", str(m)) if champ else None,
-                    acceptance=_median(champ, "acceptance", str(Metric.decode("spec_acceptance", m.tokens, m.kind))))
+                    acceptance=_median(champ, "acceptance", str(Metric.decode("spec_acceptance", m.tokens, m.kind))),
+                    answer_tokens=_median(base, "answers", str(Metric.decode("answer_tokens", m.tokens, m.kind))))
             for m in metrics]
     label = (f"workload `{workload['name']}` (sha256 {workload['sha256'][:12]})" if workload
              else "bench's corpus (`--bench-workload corpus`)")
-    return DecodeByKind(workload=label, source=source, champion_trial=champion_trial, rows=rows)
+    return DecodeByKind(workload=label, source=source, champion_trial=champion_trial, rows=rows,
+                        decode_tokens=bench_plan.get("decode_tokens"),
+                        until_eos=bench_plan.get("decode_until") == "eos")
 
 
 def _search(db: ResultsDB, study_name: str, trial: int | None) -> list[dict]:

@@ -325,10 +325,13 @@ class _Session:
         seen: list[tuple[int, int]] = []  # (chars, prompt_tokens) at this point
         warmups: list[RequestResult] = []
         ignore_eos = not isinstance(expected_completion_tokens, tuple)  # a range: the model's own answers
+        # a decode point's warm-ups run to the model's own end of sequence: discarded either way, they
+        # record how long its answers are (DecodePoint.answer_tokens), which fixed-length runs hide
+        warmup_ignore_eos = ignore_eos and max_tokens == 1
         # discard: one warm-up per point at least (a new length allocates and tunes); they also fit the size
         while True:
             prompt = make_prompt(scale.chars_for(target), self._next_serial())
-            result = self._send("warmup", key, prompt, target, max_tokens, ignore_eos=ignore_eos)
+            result = self._send("warmup", key, prompt, target, max_tokens, ignore_eos=warmup_ignore_eos)
             self._raise_if_down(result, key)
             warmups.append(result)
             scale = self._refit(scale, seen, prompt, result)

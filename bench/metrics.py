@@ -21,11 +21,13 @@ __all__ = ["DECODE_RATES", "PREFILL_RATES", "Metric", "Rate"]
 
 Rate = Literal[
     "prefill_tok_per_s_client", "prefill_tok_per_s_server", "decode_tok_per_s_client", "decode_tok_per_s_server",
-    "spec_acceptance",
+    "spec_acceptance", "answer_tokens",
 ]
 PREFILL_RATES: tuple[Rate, ...] = ("prefill_tok_per_s_client", "prefill_tok_per_s_server")
 DECODE_RATES: tuple[Rate, ...] = ("decode_tok_per_s_client", "decode_tok_per_s_server")
-_DECODE_SIDE = (*DECODE_RATES, "spec_acceptance")
+# measured at decode points beside the rates, never compared as speeds: draft acceptance, and the length
+# of the model's own answers (where they end, by its end of sequence)
+_DECODE_SIDE = (*DECODE_RATES, "spec_acceptance", "answer_tokens")
 _KEY = re.compile(r"(?P<rate>[a-z_]+)@(?P<tokens>\d+)(?:/(?P<kind>[^@/\s]+))?")
 
 

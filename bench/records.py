@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -324,7 +325,8 @@ class PrefillPoint(_Point):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DecodePoint(_Point):
-    """Batch-1 greedy streaming decode of a fixed length after a natural prompt of one kind."""
+    """Batch-1 greedy streaming decode after a natural prompt of one kind: output_tokens exactly, or the
+    model's own answer up to that many (the plan's decode_until)."""
 
     context_tokens: int
     kind: PromptKind | str  # a corpus kind, or a workload kind (a suite's taskset)
@@ -375,6 +377,24 @@ class DecodePoint(_Point):
         return sum(r.spec_accepted_tokens for r in runs) / completion if runs and completion else None
 
     @property
+    def answer_tokens(self) -> tuple[int, ...]:
+        """The model's own answer lengths here: completions of requests sent without ignore_eos (the
+        point's warm-ups always; its runs too with decode_until "eos"). One that reached max_tokens
+        is a lower bound: that answer goes on."""
+        return tuple(r.completion_tokens for r in (*self.warmups, *self.runs)
+                     if r.ok and not r.spec.ignore_eos and r.spec.max_tokens > 1 and r.completion_tokens is not None)
+
+    @property
+    def answer_tokens_median(self) -> float | None:
+        return statistics.median(self.answer_tokens) if self.answer_tokens else None
+
+    @property
+    def runs_pass_the_answer(self) -> bool:
+        """Its fixed-length runs (ignore_eos) went on past the model's answer: the median answer is shorter."""
+        m = self.answer_tokens_median
+        return m is not None and m < self.output_tokens and any(r.spec.ignore_eos for r in self.runs)
+
+    @property
     def drift_rel(self) -> float | None:
         return drift_rel(self._rates("decode_tok_per_s_client"))
 
@@ -384,6 +404,7 @@ class DecodePoint(_Point):
             "context_tokens": self.context_tokens,
             "kind": self.kind,
             "output_tokens": self.output_tokens,
+            "answer_tokens_median": self.answer_tokens_median,
         }
         for name in ("decode_tok_per_s_client", "decode_tok_per_s_server"):
             s = getattr(self, name)
@@ -466,6 +487,13 @@ class BenchResult:
         return {str(d.metric("spec_acceptance")): d.spec_acceptance for d in self.decode
                 if d.spec_acceptance is not None}
 
+    def answers(self) -> dict[str, float]:
+        """The median length of the model's own answers at each decode point that saw one, keyed
+        "answer_tokens@1024/math": where it is under the plan's decode_tokens, a fixed-length run
+        times mostly text past the answer (which drafting predicts far better than the answer)."""
+        return {str(d.metric("answer_tokens")): d.answer_tokens_median for d in self.decode
+                if d.answer_tokens_median is not None}
+
     @property
     def invalid_runs(self) -> int:
         return sum(len(p.runs) - len(p.valid_runs) for p in (*self.prefill, *self.decode))
@@ -481,6 +509,7 @@ class BenchResult:
             "finished_at": self.finished_at,
             "headline": self.headline(),
             "acceptance": self.acceptance(),
+            "answers": self.answers(),
             "probes": [r.to_dict() for r in self.probes],
             "prefill": [p.to_dict() for p in self.prefill],
             "decode": [d.to_dict() for d in self.decode],

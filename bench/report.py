@@ -98,11 +98,13 @@ def render(result: BenchResult, console: Console) -> None:
             )
         console.print(table)
     if result.decode:
-        table = Table(title="Decode (batch 1, greedy, fixed length)")
+        until_eos = result.plan.get("decode_until") == "eos"
+        table = Table(title=f"Decode (batch 1, greedy, {'to the answer' if until_eos else 'fixed length'})")
         for col in (
             "context",
             "kind",
             "prompt tok",
+            "answer tok",
             "runs",
             "tok/s client",
             "tok/s server",
@@ -116,10 +118,12 @@ def render(result: BenchResult, console: Console) -> None:
             if d.spec_drafted_tokens is not None:  # the server drafts: show the counts behind the rate
                 rate = f"{d.spec_acceptance:.1%} " if d.spec_acceptance is not None else ""
                 accept = f"{rate}({d.spec_accepted_tokens:,}/{d.spec_drafted_tokens:,})"
+            answer = f"{d.answer_tokens_median:,.0f}" if d.answer_tokens_median is not None else "-"
             table.add_row(
                 f"{d.context_tokens:,}",
                 d.kind,
                 tokens,
+                answer,
                 _runs(d),
                 _rate(d.decode_tok_per_s_client),
                 _rate(d.decode_tok_per_s_server),
@@ -130,6 +134,13 @@ def render(result: BenchResult, console: Console) -> None:
     console.print(
         "Medians with order-statistic intervals (coverage in the JSON); 'cap': spread target not reached."
     )
+    if short := [f"{d.metric('decode_tok_per_s_client').point} (answers of {d.answer_tokens_median:,.0f} tokens)"
+                 for d in result.decode if d.runs_pass_the_answer]:
+        console.print(
+            f"[yellow]decode timed mostly past the model's answers[/yellow] at {', '.join(short)}: its answers end "
+            f"(median) before the {result.plan['decode_tokens']} tokens each run decodes, and the text past an "
+            "answer flatters drafting; --decode-until eos times the answers alone"
+        )
     for point in (*result.prefill, *result.decode):
         for reason in sorted(set(point.invalid_reasons)):
             console.print(f"[yellow]{point.key} invalid run:[/yellow] {reason}")
@@ -141,9 +152,11 @@ def render(result: BenchResult, console: Console) -> None:
 
 
 def summary_lines(result: BenchResult) -> list[str]:
-    """Greppable `metric: median` lines, one per metric, pooled draft acceptance, and the invalid-run count."""
+    """Greppable `metric: median` lines, one per metric, pooled draft acceptance, the model's answer
+    lengths, and the invalid-run count."""
     lines = [f"{key}: {value:.2f}" for key, value in result.headline().items()]
     lines += [f"{key}: {value:.4f}" for key, value in result.acceptance().items()]
+    lines += [f"{key}: {value:.0f}" for key, value in result.answers().items()]
     lines.append(f"invalid_runs: {result.invalid_runs}")
     return lines
 

@@ -90,14 +90,17 @@ def test_decode_per_kind_shows_each_point_its_weight_and_the_champions_acceptanc
     from autoresearch.per_kind import read_decode_by_kind
 
     db = ResultsDB(f"sqlite:///{tmp_path / 'results.db'}")
-    plan = {"workload": {"name": "suite-offline", "sha256": "ab" * 32, "weights": {"rg-math": 0.75, "rg-logic": 0.25}}}
+    plan = {"workload": {"name": "suite-offline", "sha256": "ab" * 32, "weights": {"rg-math": 0.75, "rg-logic": 0.25}},
+            "decode_tokens": 128}
 
     def bench(trial: int, launch: int, math: float, logic: float, acceptance: dict | None = None) -> None:
         payload = {"trial": trial, "round": 1, "launch": launch,
                    "headline": {"decode_tok_per_s_client@1024/rg-math": math,
                                 "decode_tok_per_s_client@1024/rg-logic": logic,
                                 "prefill_tok_per_s_server@8192": 9000.0},
-                   "acceptance": acceptance or {}}
+                   "acceptance": acceptance or {},
+                   # the model answers logic in 2 tokens, math in 200 or more (bench's warm-ups measure it)
+                   "answers": {"answer_tokens@1024/rg-math": 128.0 + launch, "answer_tokens@1024/rg-logic": 2.0}}
         db.add_measurement(study="s", trial=None, kind="finalist_bench", config_digest=f"c{trial}", payload=payload,
                            launch=launch)
 
@@ -111,5 +114,9 @@ def test_decode_per_kind_shows_each_point_its_weight_and_the_champions_acceptanc
     assert rows["rg-math"].weight == 0.75 and rows["rg-math"].baseline == 300.5 and rows["rg-math"].champion == 455.0
     assert rows["rg-logic"].ratio < 1, "a champion slower on one kind shows it"
     lines = render_section("decode_by_kind", view).splitlines()
-    assert "| rg-math | 1024 | 0.75 | 300.5 | 455.0 | 1.514x | 30% |" in lines
-    assert "| rg-logic | 1024 | 0.25 | 350.0 | 340.0 | 0.971x | 10% |" in lines
+    assert "| rg-math | 1024 | 0.75 | 300.5 | 455.0 | 1.514x | 30% | 128 |" in lines
+    assert "| rg-logic | 1024 | 0.25 | 350.0 | 340.0 | 0.971x | 10% | 2 |" in lines
+    (warning,) = [line for line in lines if line.startswith("**Decode was timed mostly past")]
+    assert "rg-logic @1024 (2 tokens)" in warning and "rg-math" not in warning and "--bench-decode-until eos" in warning
+    eos = read_decode_by_kind(db, "s", {**plan, "decode_until": "eos"}, baseline_trial=0, champion_trial=4)
+    assert eos.past_answer == [] and "timed the model's own answer" in render_section("decode_by_kind", eos)

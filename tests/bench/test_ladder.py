@@ -8,10 +8,12 @@ import json
 import sys
 
 import pytest
+from rich.console import Console
 
 from bench import BenchPlan, Endpoint, run_bench
 from bench.errors import BenchConfigError, ServerRejected, ServerUnreachable
 from bench.records import BenchResult
+from bench.report import render, summary_lines
 from bench.telemetry import GpuMonitor
 from tests.bench.fakes import FakeNvml, PrefixCachingFakeServer
 
@@ -254,10 +256,18 @@ def test_decoding_until_eos_times_the_models_own_answers_and_never_sends_ignore_
         eos_bodies = server.bodies
     (point,) = fixed.decode
     assert {r.completion_tokens for r in point.valid_runs} == {24}
+    # its warm-ups ran to the model's end of sequence: the record says the runs went on past the answer
+    assert set(point.answer_tokens) == {12} and len(point.answer_tokens) == len(point.warmups)
+    assert point.runs_pass_the_answer and fixed.answers() == {"answer_tokens@512/math": 12}
+    console = Console(record=True, width=200)
+    render(fixed, console)
+    assert "decode timed mostly past the model's answers at decode@512/math (answers of 12 tokens)" in console.export_text()
+    assert "answer_tokens@512/math: 12" in summary_lines(fixed)
     (point,) = eos.decode
     assert len(point.valid_runs) == plan.min_repeats
     assert {r.completion_tokens for r in point.runs} == {12} and {r.finish_reason for r in point.runs} == {"stop"}
     assert not any(r.spec.ignore_eos for r in (*point.warmups, *point.runs))
+    assert set(point.answer_tokens) == {12} and not point.runs_pass_the_answer
     decode_bodies = [b for b in eos_bodies if b["max_tokens"] == 24]
     assert len(decode_bodies) >= len(point.warmups) + len(point.runs)
     assert sum("ignore_eos" not in b for b in decode_bodies) == len(point.warmups) + len(point.runs)

@@ -104,10 +104,11 @@ class ResultsDB:
                 if row is None:  # released between our insert and our look: try again
                     continue
                 holder = row.worker
-                if row.finished_at is not None or not (holder_gone(holder) or _silent(row, grace_s)):
+                gone = row.finished_at is None and holder_gone(holder)
+                if row.finished_at is not None or not (gone or _silent(row, grace_s)):
                     return holder
                 log.warning("taking over the claim to %s (%s) from %s: %s", what, key, holder,
-                            "its process has left" if holder_gone(holder) else f"no heartbeat for over {grace_s} s")
+                            "its process has left" if gone else f"no heartbeat for over {grace_s} s")
                 with self.engine.begin() as conn:  # that row only: a survivor may have replaced it (ids recur)
                     conn.execute(delete(claims).where((claims.c.id == row.id) & (claims.c.worker == holder)))
         return holder
@@ -135,18 +136,16 @@ class ResultsDB:
 
         thread = threading.Thread(target=beat, name="claim-heartbeat", daemon=True)
         thread.start()
+        done = False
         try:
             yield lost
-        except BaseException:
+            done = True
+        finally:
             stop.set()
             thread.join()
             with self.engine.begin() as conn:
-                conn.execute(delete(claims).where(where))
-            raise
-        stop.set()
-        thread.join()
-        with self.engine.begin() as conn:
-            conn.execute(update(claims).where(where).values(finished_at=now(), heartbeat_at=now()))
+                conn.execute(update(claims).where(where).values(finished_at=now(), heartbeat_at=now()) if done
+                             else delete(claims).where(where))
 
     def claim_rows(self, *, study: str) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:

@@ -382,7 +382,7 @@ class DecodePoint(_Point):
         point's warm-ups always; its runs too with decode_until "eos"). One that reached max_tokens
         is a lower bound: that answer goes on."""
         return tuple(r.completion_tokens for r in (*self.warmups, *self.runs)
-                     if r.ok and not r.spec.ignore_eos and r.spec.max_tokens > 1 and r.completion_tokens is not None)
+                     if r.ok and not r.spec.ignore_eos and r.completion_tokens is not None)
 
     @property
     def answer_tokens_median(self) -> float | None:

@@ -52,29 +52,30 @@ def main() -> int:
         spec = LaunchSpec(model_dir=model, config=config, port=free_port(), log_path=Path(f"/tmp/drafting/{name}.log"))
         source = ["--workload", os.environ["WORKLOAD"]] if os.environ.get("WORKLOAD") else ["--decode-kinds", "math,code,mc"]
         paths = {m: OUT / f"bench-{name}{'' if m == 'length' else '-' + m}.json" for m in modes}
+        codes = {}
         try:
             with launch(spec) as server:
-                for mode, path in paths.items():
-                    subprocess.run([sys.executable, "-m", "bench", "--url", server.url,
-                                    "--prefill", os.environ.get("PREFILL", "8192"), "--decode", ",".join(contexts),
-                                    *source, "--decode-tokens", os.environ.get("DECODE_TOKENS", "256"),
-                                    "--decode-until", mode, "--max-repeats", "5", "--json", str(path)],
-                                   check=True, stdout=subprocess.DEVNULL)
+                for mode, path in paths.items():  # exit 1 with a record: a point went unmeasured, the rows say which
+                    codes[mode] = subprocess.run([
+                        sys.executable, "-m", "bench", "--url", server.url,
+                        "--prefill", os.environ.get("PREFILL", "8192"), "--decode", ",".join(contexts),
+                        *source, "--decode-tokens", os.environ.get("DECODE_TOKENS", "256"),
+                        "--decode-until", mode, "--max-repeats", "5", "--json", str(path)],
+                        stdout=subprocess.DEVNULL).returncode
         except Exception as exc:  # one setting that fails must not hide the others
             rows.append({"setting": name, "error": f"{type(exc).__name__}: {exc}"})
-            continue
-        for mode, path in paths.items():
-            rows.extend(_rows(name, mode, path))
+        for mode, code in codes.items():
+            rows.extend(_rows(name, mode, paths[mode], code))
         (OUT / "drafting.json").write_text(json.dumps(rows, indent=1))
     for r in rows:
         print(json.dumps(r))
     return 0
 
 
-def _rows(name: str, mode: str, path: Path) -> list[dict]:
+def _rows(name: str, mode: str, path: Path, exit_code: int) -> list[dict]:
     """One setting's rows from one bench record: the weighted decode (on a workload), then each point."""
-    if not path.exists():  # bench failed before writing: the launch's error row says why
-        return [{"setting": name, "decode_until": mode, "error": f"no bench record at {path.name}"}]
+    if not path.exists():  # bench failed before writing a record
+        return [{"setting": name, "decode_until": mode, "error": f"bench exited {exit_code} without a record"}]
     rows = []
     result = json.loads(path.read_text())
     if result["plan"].get("workload"):  # the decode objective as the loop computes it

@@ -116,7 +116,12 @@ def test_decode_per_kind_shows_each_point_its_weight_and_the_champions_acceptanc
     lines = render_section("decode_by_kind", view).splitlines()
     assert "| rg-math | 1024 | 0.75 | 300.5 | 455.0 | 1.514x | 30% | 128 |" in lines
     assert "| rg-logic | 1024 | 0.25 | 350.0 | 340.0 | 0.971x | 10% | 2 |" in lines
+    header = lines.index("| kind | context | weight | baseline tok/s | champion tok/s | champion vs baseline "
+                         "| champion draft acceptance | baseline answer, tokens |")
+    assert lines[header - 1] == "", "a table right after a paragraph line is not a Markdown table"
     (warning,) = [line for line in lines if line.startswith("**Decode was timed mostly past")]
     assert "rg-logic @1024 (2 tokens)" in warning and "rg-math" not in warning and "--bench-decode-until eos" in warning
     eos = read_decode_by_kind(db, "s", {**plan, "decode_until": "eos"}, baseline_trial=0, champion_trial=4)
-    assert eos.past_answer == [] and "timed the model's own answer" in render_section("decode_by_kind", eos)
+    eos_lines = render_section("decode_by_kind", eos).splitlines()
+    assert eos.past_answer == [] and any("timed the model's own answer" in line for line in eos_lines)
+    assert eos_lines[eos_lines.index(lines[header]) - 1] == ""

@@ -93,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--grace", type=int, default=60,
                         help="shared studies: seconds without a heartbeat after which another worker, on any host, "
                         "retries the trial or takes over the claim (default 60; well above the hosts' clock skew)")
+    parser.add_argument("--drift-every-trials", type=int, default=5, metavar="K",
+                        help="re-measure the baseline in a fresh launch after every K trials (0: not by count)")
+    parser.add_argument("--drift-every-minutes", type=float, default=30.0, metavar="T",
+                        help="... and after every T minutes (0: not by time); README: what the drift check costs")
+    parser.add_argument("--no-drift-check", action="store_true",
+                        help="never re-measure the baseline; prune on raw speeds against its first reading")
     parser.add_argument("--out", type=Path, default=Path("champion.json"), help="export: where to write the config")
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser
@@ -166,9 +172,19 @@ def make_plan(args: argparse.Namespace):
         host_memory_limit_bytes=parse_bytes(args.host_memory_limit) if args.host_memory_limit else None, port=args.port, seed=args.seed,
         bench_plan=_bench_plan(engine, args, workload), workload=workload, probe_config=default_probe_config(engine), suite_overrides=overrides,
         pinned=pinned, enqueued=enqueued, baseline_changes=baseline_changes, finalists=args.finalists, finalist_launches=args.finalist_launches,
-        heartbeat_s=args.heartbeat, grace_s=args.grace,
+        heartbeat_s=args.heartbeat, grace_s=args.grace, drift=_drift_policy(args),
         startup_timeout_s=300.0 if engine == "transformers" else 900.0,
     )
+
+
+def _drift_policy(args: argparse.Namespace):
+    from autoresearch.plan import DriftPolicy
+
+    if args.no_drift_check:
+        return DriftPolicy(every_trials=None, every_minutes=None)
+    if args.drift_every_trials < 0 or args.drift_every_minutes < 0:
+        raise PlanError("--drift-every-trials and --drift-every-minutes must be >= 0 (0 turns that rule off)")
+    return DriftPolicy(every_trials=args.drift_every_trials or None, every_minutes=args.drift_every_minutes or None)
 
 
 def _suite_overrides(args: argparse.Namespace, *, embedded: bool) -> dict:

@@ -25,6 +25,7 @@ import optuna
 
 from autoresearch.baseline import stored_speed_floor
 from autoresearch.db import ResultsDB
+from autoresearch.drift import Limits, conditions, read_readings, round_drift
 from autoresearch.errors import Unmeasured
 from autoresearch.objectives import objective_metrics, objectives_from_bench, speedup_score
 from autoresearch.plan import RunPlan, worker_gone, worker_name
@@ -139,6 +140,10 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
     floor = noise_floor(base_runs[0].samples(), base_runs[1].samples()) if len(base_runs) > 1 else \
         stored_speed_floor(study)
     base_values = median_objectives(base_runs)
+    # the round's baseline launches against the study's first reading: drift here colours every verdict
+    drift = round_drift(read_readings(study, db, plan.study_name), Limits.from_floor(stored_speed_floor(study)), round_)
+    for warning in drift:
+        log.warning("baseline drift in the finalists' round: %s", warning)
     where = {"worker": worker_name(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
              "gpu": next(({"name": r.gpu.name, "uuid": r.gpu.uuid} for r in base_runs if r.gpu), None)}
     best: Champion | None = None
@@ -155,7 +160,8 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
                     config_digest=baseline.user_attrs["config_digest"], decode=base_values[0], prefill=base_values[1],
                     verdict={"baseline": True, "launches": len(base_runs),
                              "noise_floor": floor.to_dict() if floor else None,
-                             "noise_floor_from": "these launches" if len(base_runs) > 1 else "the search's baseline"}
+                             "noise_floor_from": "these launches" if len(base_runs) > 1 else "the search's baseline",
+                             "drift": drift}
                     | where)
     if best is None:
         best = Champion(trial=baseline.number, config=baseline.user_attrs["config"], decode_tok_per_s=base_values[0],
@@ -197,11 +203,13 @@ def _launch_and_bench(plan: RunPlan, space: SearchSpace, t: optuna.trial.FrozenT
                    startup_timeout_s=plan.startup_timeout_s) as server:
             result = run_bench(dataclasses.replace(plan.bench_plan, salt=secrets.token_hex(4)), Endpoint(url=server.url),
                                workload=plan.workload)
+            machine = conditions(server.pid)
     except (LaunchError, BenchError) as exc:
         log.warning("finalist trial %d launch %d failed: %s", t.number, launch, exc)
         return None
     db.add_measurement(study=plan.study_name, trial=None, kind="finalist_bench", config_digest=config.digest,
-                       payload={"trial": t.number, "round": round_, "launch": launch, **result.to_dict()}, launch=launch)
+                       payload={"trial": t.number, "round": round_, "launch": launch, **result.to_dict(),
+                                "conditions": machine}, launch=launch)
     try:
         objectives_from_bench(result)
     except Unmeasured as exc:  # a launch that left any point unmeasured does not count

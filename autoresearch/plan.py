@@ -21,11 +21,36 @@ from autoresearch.model_source import ResolvedModel
 from bench import BenchPlan, Workload
 from eval import GatePolicy, ProbeSetConfig
 
-__all__ = ["RunPlan", "default_bench_plan", "default_probe_config", "study_name_for", "worker_gone", "worker_name"]
+__all__ = ["DriftPolicy", "RunPlan", "default_bench_plan", "default_probe_config", "study_name_for", "worker_gone", "worker_name"]
 
 OBJECTIVES = ("decode_tok_per_s", "prefill_tok_per_s")
 # How the objectives are read from bench (autoresearch.objectives): a study keeps one definition.
 OBJECTIVE_DEFINITION = "v2: decode client-timed, prefill server-timed, every planned point required"
+
+
+@dataclass(frozen=True)
+class DriftPolicy:
+    """When the baseline is re-measured during the search; None turns a rule off, both None the check."""
+
+    every_trials: int | None = 5
+    every_minutes: float | None = 30.0
+
+    def __post_init__(self) -> None:
+        if self.every_trials is not None and self.every_trials < 1:
+            raise PlanError(f"--drift-every-trials must be >= 1 (0 turns the rule off), got {self.every_trials}")
+        if self.every_minutes is not None and not self.every_minutes > 0:
+            raise PlanError(f"--drift-every-minutes must be > 0 (0 turns the rule off), got {self.every_minutes}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.every_trials is not None or self.every_minutes is not None
+
+    def describe(self) -> str:
+        if not self.enabled:
+            return "off (--no-drift-check): the baseline's first reading is trusted for the whole study"
+        rules = ([f"every {self.every_trials} trials"] if self.every_trials else []) + \
+                ([f"every {self.every_minutes:g} minutes"] if self.every_minutes else [])
+        return "a fresh launch of the baseline " + " or ".join(rules) + ", and once more right after drift is seen"
 
 
 def default_bench_plan(engine: str, workload: Workload | None = None) -> BenchPlan:
@@ -108,6 +133,7 @@ class RunPlan:
     draft_model: ResolvedModel | None = None  # the user's drafter (--draft-model): opens the draft_model/dflash knobs
     heartbeat_s: int = 10
     grace_s: int = 60
+    drift: DriftPolicy = field(default_factory=DriftPolicy)  # when the baseline is re-measured (autoresearch.drift)
     storage_shown: str | None = None  # the database a read-only copy (storage_url) was made of
 
     @property

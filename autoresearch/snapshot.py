@@ -16,6 +16,7 @@ from typing import Any
 import optuna
 
 from autoresearch.db import ResultsDB
+from autoresearch.drift import DriftReport, read_drift
 from autoresearch.finalists import feasible_front, load_champion
 from autoresearch.objectives import DECODE_RATE, PREFILL_RATE
 from autoresearch.per_kind import DecodeByKind, read_decode_by_kind
@@ -179,6 +180,7 @@ class StudySnapshot:
     points: list[Point]
     decode_by_kind: DecodeByKind | None = None  # the baseline and the champion on each decode point
     plot: str | None = None  # the Pareto plot's file name, once drawn
+    drift: DriftReport | None = None  # the baseline's readings over the study (autoresearch.drift)
 
 
 def _gpu_of(details: dict) -> str:
@@ -352,7 +354,8 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
         provenance=_read_provenance(plan, db), points=points,
         decode_by_kind=read_decode_by_kind(db, plan.study_name, study.user_attrs.get("bench_plan") or {},
                                            baseline.number, champion.trial if champion else None)
-        if baseline else None)
+        if baseline else None,
+        drift=read_drift(plan, study, db))
 
 
 def with_plot(snapshot: StudySnapshot, name: str | None) -> StudySnapshot:

@@ -29,9 +29,10 @@ from autoresearch.baseline import (
     wait_for_baseline,
 )
 from autoresearch.db import ResultsDB
+from autoresearch.drift import DriftWatch, conditions
 from autoresearch.errors import BaselineUnmeasured, Unmeasured
 from autoresearch.memory import memory_calibration
-from autoresearch.objectives import NOT_MEASURED, dominated_by, objectives_from_bench
+from autoresearch.objectives import NOT_MEASURED, objectives_from_bench
 from autoresearch.plan import RunPlan, worker_name
 from autoresearch.progress import Progress
 from autoresearch.provenance import record_provenance, server_info
@@ -106,6 +107,7 @@ class TrialRunner:
         self.suite = None if plan.suite == "none" else apply_overrides(get_suite(plan.suite),
                                                                          SuiteOverrides(**plan.suite_overrides))
         self.memory = MemoryModel(space.context.model) if plan.engine == "exllamav3" else None
+        self.drift = DriftWatch(plan, db, space)  # re-measures the baseline, and says when not to prune
 
     # ---- the objective ----
 
@@ -141,6 +143,7 @@ class TrialRunner:
             return NOT_MEASURED
         record.constraints["fits"] = OK
         baseline = self._wait_for_baseline(trial)
+        self.drift.before_launch(trial)  # a fresh reading of the baseline, when one is due
 
         try:
             with self._server(trial, config) as server:
@@ -158,7 +161,10 @@ class TrialRunner:
                 record.constraints["measured"] = OK
                 trial.set_user_attr("decode_tok_per_s", decode)
                 trial.set_user_attr("prefill_tok_per_s", prefill)
-                better = dominated_by(trial.study, (decode, prefill), margin_rel=self._dominance_margin(baseline))
+                better, drift_note = self.drift.dominated_by(trial, (decode, prefill),
+                                                             margin_rel=self._dominance_margin(baseline))
+                if drift_note:
+                    record.reasons.append(drift_note)
                 if better is not None:
                     record.reasons.append(f"clearly slower than trial {better} on both objectives")
                     record.close("dominated")
@@ -340,6 +346,7 @@ class TrialRunner:
             self._measure(trial, config, "bench_error", {"error": str(exc)}, launch=launch)
             raise Unmeasured(f"bench failed: {type(exc).__name__}: {exc}") from exc
         self._measure(trial, config, "bench", result.to_dict(), launch=launch)
+        self._measure(trial, config, "conditions", conditions(server.pid), launch=launch)
         info = server_info(server.url)  # after the bench: its peak follows the bench's longest prompts
         record_provenance(self.db, study=self.plan.study_name, trial=trial.number, config=config,
                           model_manifest_hash=self.plan.model.manifest_hash, server_info=info, bench=result)

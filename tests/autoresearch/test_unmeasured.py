@@ -30,6 +30,7 @@ class _StandIn:
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self.pid = None  # no process of its own
 
     def check(self):
         return None

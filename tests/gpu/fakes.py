@@ -29,6 +29,7 @@ class FakeGpu:
     utilization_pct: int = 80
     power_mw: int | None = 450_000  # None: the board does not report power
     fail_reads: bool = False  # every device read raises NVMLError, as a lost GPU does
+    clocks_event_reasons: int = 0  # NVML's throttle reason bits, e.g. 0x20 sw thermal slowdown
     calls: list[str] = field(default_factory=list)
 
 
@@ -136,8 +137,7 @@ class FakePynvml(types.ModuleType):
         return 45
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: FakeGpu) -> int:
-        self._read(h, "clocks_event_reasons")
-        return 0
+        return self._read(h, "clocks_event_reasons").clocks_event_reasons
 
     def _need_init(self) -> None:
         if self.initialised <= 0:

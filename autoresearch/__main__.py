@@ -4,7 +4,7 @@ Usage:
     python -m autoresearch                                  # embedded default: tiny model, CPU, offline suite
     python -m autoresearch --suite broad --model DIR|ORG/REPO@REV [--trials N | --hours H] [--vram 24GiB]
                            [--study NAME] [--storage URL]
-    python -m autoresearch export [--study NAME] [--storage URL] [--out champion.json]
+    python -m autoresearch export [--study NAME] [--storage URL] [--out champion.json] [--format serving|tabbyapi]
     python -m autoresearch report [--study NAME] [--storage URL]
     python -m autoresearch sweep --model DIR --baseline B.json --candidate NAME=C.json ... --db URL
                            # fidelity only: the baseline protocol, then each candidate in a fresh launch
@@ -94,7 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--grace", type=int, default=60,
                         help="shared studies: seconds without a heartbeat after which another worker, on any host, "
                         "retries the trial or takes over the claim (default 60; well above the hosts' clock skew)")
-    parser.add_argument("--out", type=Path, default=Path("champion.json"), help="export: where to write the config")
+    parser.add_argument("--out", type=Path, help="export: where to write it (default: champion.json for --format serving, "
+                        "the folder tabbyapi-export for --format tabbyapi)")
+    parser.add_argument("--format", choices=("serving", "tabbyapi"), default="serving",
+                        help="export: this project's serving config (default), or TabbyAPI's config.yml + exl3.env, "
+                        "with the settings TabbyAPI cannot express and their measured cost in NOT-EXPRESSED.md")
+    parser.add_argument("--full-champion", action="store_true",
+                        help="export the confirmed champion even when a minimal champion passed the gate")
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser
 
@@ -351,7 +357,7 @@ def _run_command(args: argparse.Namespace, shown_storage: str) -> int:
         if args.command == "export":
             from autoresearch.export import export_champion
 
-            return export_champion(plan, args.out)
+            return export_champion(plan, args.out, fmt=args.format, full=args.full_champion)
         if args.command == "report":
             from autoresearch.export import regenerate_report
 

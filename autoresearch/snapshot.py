@@ -15,6 +15,7 @@ from typing import Any
 
 import optuna
 
+from autoresearch.change_costs import MINIMIZATION_ATTR, ChangeCosts, read_change_costs
 from autoresearch.db import ResultsDB
 from autoresearch.finalists import feasible_front, load_champion
 from autoresearch.objectives import DECODE_RATE, PREFILL_RATE
@@ -179,6 +180,7 @@ class StudySnapshot:
     provenance: Provenance | None
     points: list[Point]
     decode_by_kind: DecodeByKind | None = None  # the baseline and the champion on each decode point
+    change_costs: ChangeCosts | None = None  # what each change of the champion bought (its minimization)
     plot: str | None = None  # the Pareto plot's file name, once drawn
 
 
@@ -362,7 +364,8 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
         provenance=_read_provenance(plan, db), points=points,
         decode_by_kind=read_decode_by_kind(db, plan.study_name, study.user_attrs.get("bench_plan") or {},
                                            baseline.number, champion.trial if champion else None)
-        if baseline else None)
+        if baseline else None,
+        change_costs=read_change_costs(study.user_attrs.get(MINIMIZATION_ATTR)))
 
 
 def with_plot(snapshot: StudySnapshot, name: str | None) -> StudySnapshot:

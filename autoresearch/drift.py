@@ -47,9 +47,9 @@ from autoresearch.objectives import DECODE_RATE, PREFILL_RATE, dominated_by, obj
 from autoresearch.plan import DriftPolicy, RunPlan
 from autoresearch.servers import serve
 from autoresearch.study import feasible
-from bench import BenchResult, Endpoint, NoiseFloor, mark_stalls, run_bench
-from bench.errors import BenchError
+from bench import BenchError, BenchResult, NoiseFloor, mark_stalls, run_bench
 from bench.telemetry import decode_throttle_reasons
+from openai_client import ClientError, Endpoint
 from search_space import SearchSpace, config_from_params
 from serving.errors import LaunchError
 
@@ -348,7 +348,7 @@ class DriftWatch:
                 payload["conditions"] = conditions(server.pid)
             payload["bench"] = result.to_dict()
             payload["decode"], payload["prefill"] = objectives_from_bench(result)
-        except (LaunchError, BenchError, Unmeasured) as exc:
+        except (LaunchError, BenchError, ClientError, Unmeasured) as exc:
             payload["error"] = f"{type(exc).__name__}: {exc}"
             log.warning("drift check before trial %d: the baseline could not be re-measured (%s); candidates "
                         "are not pruned until it is", before_trial, payload["error"])

@@ -44,8 +44,9 @@ from autoresearch.progress import Progress
 from autoresearch.report import render_section
 from autoresearch.study import CONSTRAINTS, open_study
 from autoresearch.trial import TrialRunner
-from bench import Endpoint, NoiseFloor, noise_floor
+from bench import NoiseFloor, noise_floor
 from eval import EvalStore
+from openai_client import Endpoint
 from search_space import SpaceContext, build_space, read_model_info, sample_config
 from tests.gpu.fakes import FakeGpu, FakePynvml, install
 

@@ -8,6 +8,7 @@ Usage:
     python -m autoresearch report [--study NAME] [--storage URL]
     python -m autoresearch sweep --model DIR --baseline B.json --candidate NAME=C.json ... --db URL
                            # fidelity only: the baseline protocol, then each candidate in a fresh launch
+    python -m autoresearch workload --suite offline --out workload.json   # the suite's tasks for bench --workload
 
 Exit status: 0 done, 1 the run failed, 2 usage or storage error.
 """
@@ -22,8 +23,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from autoresearch.errors import AutoresearchError, PlanError, StorageError
+from autoresearch.errors import PlanError, StorageError
 from eval.policy_args import add_task_policy_arguments, task_policy_from_args
+from tuner_errors import TunerError
 
 log = logging.getLogger("autoresearch")
 DEFAULT_STORAGE = "sqlite:///results.db"
@@ -287,7 +289,7 @@ def _workload(args: argparse.Namespace, suite_name: str, overrides: dict):
         if choice == "suite":
             if suite_name == "none":
                 raise PlanError("--bench-workload suite needs a suite; with --suite none use corpus or a FILE")
-            from eval.workload import suite_workload
+            from autoresearch.workload import suite_workload
 
             return suite_workload(_suite_spec(suite_name, overrides))
         return Workload.load(Path(choice))
@@ -344,6 +346,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sweep_args = sweep.build_parser().parse_args(argv[1:])
         setup_logging(sweep_args.verbose)
         return sweep.command(sweep_args)
+    if argv[:1] == ["workload"]:
+        from autoresearch import workload
+
+        workload_args = workload.build_parser().parse_args(argv[1:])
+        setup_logging(workload_args.verbose)
+        return workload.command(workload_args)
     args = build_parser().parse_args(argv)
     if args.command == "sweep":
         print("error: write `sweep` first: python -m autoresearch sweep --help", file=sys.stderr)
@@ -392,18 +400,9 @@ def _run_command(args: argparse.Namespace, shown_storage: str) -> int:
     except PlanError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except AutoresearchError as exc:
+    except TunerError as exc:  # every package's deliberate errors: a clear line, not a traceback
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    except Exception as exc:  # the other packages' deliberate errors: a clear line, not a traceback
-        from eval.errors import EvalError
-        from search_space.errors import SearchSpaceError
-        from serving.errors import ServingError
-
-        if isinstance(exc, EvalError | SearchSpaceError | ServingError):
-            print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
-            return 1
-        raise
     except KeyboardInterrupt:
         print("interrupted: the study is saved; run the same command again to continue", file=sys.stderr)
         return 1

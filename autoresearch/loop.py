@@ -10,10 +10,9 @@ import logging
 
 import optuna
 
-from autoresearch.baseline import BaselineNotReady
 from autoresearch.db import ResultsDB
-from autoresearch.errors import BaselineUnmeasured, PlanError
-from autoresearch.finalists import ConfirmedElsewhere, confirm_finalists, feasible_front
+from autoresearch.errors import BaselineNotReady, BaselineUnmeasured, ConfirmedElsewhere, PlanError
+from autoresearch.finalists import confirm_finalists, feasible_front
 from autoresearch.logs import log_to_file
 from autoresearch.objectives import speedup_score
 from autoresearch.plan import RunPlan

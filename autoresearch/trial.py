@@ -110,6 +110,13 @@ class TrialRunner:
     # ---- the objective ----
 
     def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
+        try:
+            return self._run(trial)
+        except KeyboardInterrupt:  # Ctrl-C: the loop's next run retries this trial (study.retry_interrupted)
+            trial.set_user_attr("interrupted_in", trial.number)
+            raise
+
+    def _run(self, trial: optuna.Trial) -> tuple[float, float]:
         config = sample_config(trial, self.space)
         role = trial.user_attrs.get("role", "candidate")
         trial.set_user_attr("role", role)

@@ -99,8 +99,14 @@ def test_a_finished_study_resumes_without_rerunning(embedded_study):
 
 
 def test_bad_arguments_are_usage_errors(embedded_study):
-    result = run_loop(embedded_study.cwd, embedded_study.env, "--suite", "broad", timeout=120)
-    assert result.returncode == 2 and "needs a real model" in result.stderr
+    before = len(_study(embedded_study).get_trials())
+    result = run_loop(embedded_study.cwd, embedded_study.env, "--suite", "broad", "--trials", "7", timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[0] == "error: suite broad cannot run here; nothing was launched:"
+    assert "taskset aime25 is not installed; fix: `python -m eval setup` (needs GitHub)" in lines
+    assert any(line.startswith("dataset livecodebench is not in ") for line in lines)
+    assert len(_study(embedded_study).get_trials()) == before  # preflight runs before the baseline launches
     result = run_loop(embedded_study.cwd, embedded_study.env, "--model", "/no/such/folder", "--trials", "1",
                       timeout=120)
     assert result.returncode == 1 and "not a folder" in result.stderr

@@ -6,13 +6,14 @@
     ├── StudyError         the stored study does not match this run (directions, engine, model)
     ├── PortUnavailable    the server port stays taken by another process: no configuration is to blame
     ├── StorageError       the results database cannot be read or written (corrupt, not a database)
+    ├── MinimizeError      a minimization round could not measure the champion: nothing to compare removals with
     └── Unmeasured         a bench result lacks a valid run at some point of the plan
         └── BaselineUnmeasured   ...the baseline's: nothing can be judged, the study stops
 """
 
 from __future__ import annotations
 
-__all__ = ["AutoresearchError", "BaselineUnmeasured", "ModelSourceError", "PlanError", "PortUnavailable", "StorageError", "StudyError",
+__all__ = ["AutoresearchError", "BaselineUnmeasured", "MinimizeError", "ModelSourceError", "PlanError", "PortUnavailable", "StorageError", "StudyError",
            "Unmeasured"]
 
 
@@ -55,3 +56,7 @@ class PortUnavailable(AutoresearchError):
 
 class StorageError(AutoresearchError):
     """The results database cannot be used; the message names it and says why in one line."""
+
+
+class MinimizeError(AutoresearchError):
+    """A minimization round measured no launch of the champion: no removal can be judged against it."""

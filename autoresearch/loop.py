@@ -14,6 +14,7 @@ from autoresearch.baseline import BaselineNotReady
 from autoresearch.db import ResultsDB
 from autoresearch.errors import BaselineUnmeasured
 from autoresearch.finalists import ConfirmedElsewhere, confirm_finalists, feasible_front
+from autoresearch.minimal_champion import minimize_champion
 from autoresearch.objectives import speedup_score
 from autoresearch.plan import RunPlan
 from autoresearch.progress import Progress
@@ -86,6 +87,12 @@ def run(plan: RunPlan) -> int:
             print(f"finalists: {exc}")
             return 0
         write_report(plan, study, db, store)
+        if champion is not None and plan.minimize and not champion.is_baseline:
+            progress.stage("minimizing the champion")
+            minimization = minimize_champion(plan, study, db, champion)
+            write_report(plan, study, db, store)
+            print(f"minimal champion: {len(minimization.kept)} of {len(minimization.changes)} changes kept "
+                  f"({minimization.launches} launches of at most {minimization.bound})")
     if champion is None:
         log.error("no champion decided: the baseline did not complete or could not be re-measured")
         return 1

@@ -1,11 +1,10 @@
-"""The loop's minimization on real processes: the embedded default's study, resumed with a champion of two
-changes stored in it, minimized in fresh launches of the CPU engine, and RESULTS.md's table and the export
-read back from the database."""
+"""The loop's minimization on real processes: an embedded-default study (the baseline alone, gated on fidelity),
+resumed with a champion of two changes stored in it, minimized in fresh launches of the CPU engine, and
+RESULTS.md's table read back from the database."""
 
 from __future__ import annotations
 
 import json
-import shutil
 
 import optuna
 import pytest
@@ -14,14 +13,15 @@ import sqlalchemy as sa
 from autoresearch.change_costs import MINIMIZATION_ATTR
 from serving.config import ServingConfig
 
-from .conftest import FAST, run_loop
+from .conftest import FAST, loop_env, run_loop
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
-def test_a_stored_champion_is_minimized_in_fresh_launches_and_resumes_from_its_stored_launches(embedded_study,
-                                                                                               tmp_path):
-    shutil.copy(embedded_study.cwd / "results.db", tmp_path / "results.db")
+def test_a_stored_champion_is_minimized_in_fresh_launches_and_resumes_from_its_stored_launches(loop_cache, tmp_path):
+    env = loop_env(loop_cache)
+    first = run_loop(tmp_path, env, "--trials", "1", "--suite", "none", *FAST)
+    assert first.returncode == 0, first.stdout + first.stderr[-5000:]
     url = f"sqlite:///{tmp_path / 'results.db'}"
     name = optuna.get_all_study_names(url)[0]
     study = optuna.load_study(study_name=name, storage=url)
@@ -29,8 +29,8 @@ def test_a_stored_champion_is_minimized_in_fresh_launches_and_resumes_from_its_s
     stored = study.user_attrs["champion"]
     study.set_user_attr("champion", stored | {"trial": 1, "config": champion.to_dict(), "is_baseline": False,
                                               "speedup": 1.1})  # as if trial 1 had been confirmed with these two
-    args = ["--trials", "3", *FAST, "--minimize", "--minimize-launches", "1", "--minimize-max-launches", "5"]
-    result = run_loop(tmp_path, embedded_study.env, *args)
+    args = ["--trials", "1", "--suite", "none", *FAST, "--minimize", "--minimize-launches", "1", "--minimize-max-launches", "5"]
+    result = run_loop(tmp_path, env, *args)
     assert result.returncode == 0, result.stdout + result.stderr[-5000:]
     record = optuna.load_study(study_name=name, storage=url).user_attrs[MINIMIZATION_ATTR]
     assert [c["name"] for c in record["changes"]] == ["prefill_chunk_size", "threads"]
@@ -45,7 +45,7 @@ def test_a_stored_champion_is_minimized_in_fresh_launches_and_resumes_from_its_s
 
     # resumed with the record gone: every decision replays from the stored launches, none is launched again
     optuna.load_study(study_name=name, storage=url).set_user_attr(MINIMIZATION_ATTR, None)
-    again = run_loop(tmp_path, embedded_study.env, *args)
+    again = run_loop(tmp_path, env, *args)
     assert again.returncode == 0, again.stderr[-3000:]
     assert optuna.load_study(study_name=name, storage=url).user_attrs[MINIMIZATION_ATTR] == record
     with sa.create_engine(url).connect() as conn:

@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--draft-model", help="a draft checkpoint of the same vocabulary (a small causal LM, or a "
                         "DFlash drafter; exllamav3 decides which): the study may then draft with it")
     parser.add_argument("--suite", help="task suite: offline, smoke, broad, quick, full, or none (gate on fidelity "
-                        "only) (default: offline for the embedded default, broad with --model)")
+                        "only) (default: offline for the embedded default, broad with --model, whose task tier is "
+                        "a guard)")
     parser.add_argument("--enqueue", action="append", default=[], metavar="KNOB=VALUE[,KNOB=VALUE]",
                         help="try this change of the baseline early (repeatable), e.g. --enqueue max_chunk_size=4096")
     parser.add_argument("--baseline", metavar="KNOB=VALUE[,KNOB=VALUE]",
@@ -161,7 +162,8 @@ def make_plan(args: argparse.Namespace):
     baseline_changes = _assignments(args.baseline.split(","), "--baseline") if args.baseline else {}
     overrides = _suite_overrides(args, embedded=model.is_embedded)
     # The embedded default's random model answers nothing right: its task tier is a smoke check, and says so.
-    gate_policy = _gate_policy(args, judge=not model.is_embedded)
+    # broad's 3-10 tasks per taskset cannot show that nothing was lost: its tier is a guard, and says what it sees.
+    gate_policy = _gate_policy(args, mode="smoke" if model.is_embedded else "guard" if suite == "broad" else "judge")
     if suite != "none" and args.command == "run":
         _check_task_power(suite, overrides, gate_policy.tasks)
     workload = _workload(args, suite, overrides) if args.command == "run" else None
@@ -215,7 +217,7 @@ def _stored_study(args: argparse.Namespace) -> dict | None:
     return attrs if "model" in attrs and "engine" in attrs and "suite" in attrs else None
 
 
-def _gate_policy(args: argparse.Namespace, *, judge: bool):
+def _gate_policy(args: argparse.Namespace, *, mode: str):
     import dataclasses
 
     from eval import GatePolicy
@@ -226,7 +228,7 @@ def _gate_policy(args: argparse.Namespace, *, judge: bool):
                if getattr(args, name) is not None}
     try:
         return GatePolicy(fidelity=dataclasses.replace(policy.fidelity, **changes),
-                          tasks=task_policy_from_args(args, judge=judge))
+                          tasks=task_policy_from_args(args, mode=mode))
     except EvalConfigError as exc:
         raise PlanError(str(exc)) from exc
 

@@ -118,7 +118,8 @@ def minimize_champion(plan: RunPlan, study: optuna.Study, db: ResultsDB, champio
     if result.minimal.digest == config.digest:  # nothing removed: the confirmed champion, already gated
         extra["gate"] = {"passed": True, "reason": "the minimal champion is the confirmed champion"}
     hybrid = any(t.user_attrs.get("role") == "baseline" and "cache_slots" in t.params for t in study.trials)
-    if not to_tabbyapi(result.minimal, model_path=plan.model.path, hybrid=hybrid).equivalent:
+    if config.engine == "exllamav3" and not to_tabbyapi(result.minimal, model_path=plan.model.path,
+                                                        hybrid=hybrid).equivalent:
         subset = expressible_subset(result.minimal, hybrid=hybrid)
         champ, runs = [], []
         for i in range(launches):

@@ -31,8 +31,8 @@ from autoresearch.plan import RunPlan
 from autoresearch.request_time import RequestMix
 from autoresearch.servers import serve
 from autoresearch.tabbyapi import expressible_subset, to_tabbyapi
-from bench import BenchResult, Endpoint, run_bench
-from bench.errors import BenchError
+from bench import BenchError, BenchResult, run_bench
+from openai_client import ClientError, Endpoint
 from serving.config import ServingConfig
 from serving.errors import LaunchError
 
@@ -72,7 +72,7 @@ class _Launcher:
                        startup_timeout_s=self.plan.startup_timeout_s) as server:
                 return run_bench(dataclasses.replace(self.plan.bench_plan, salt=secrets.token_hex(4)),
                                  Endpoint(url=server.url), workload=self.plan.workload)
-        except (LaunchError, BenchError) as exc:
+        except (LaunchError, BenchError, ClientError) as exc:
             log.warning("minimization launch %s failed: %s", label, exc)
             return None
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoresearch.errors import MinimizeError
+from autoresearch.errors import AutoresearchError
 from bench.stats import DifferenceRule, compare_one
 from search_space.catalog import EXL3_KNOBS
 from serving.config import ServingConfig
@@ -34,8 +34,12 @@ from serving.errors import ConfigError
 __all__ = ["Change", "Cost", "Launch", "Minimization", "MinimizeError", "changes_of", "launch_bound", "minimize", "without"]
 
 log = logging.getLogger(__name__)
-_UNSET = "(exllamav3 default)"
-_RULE = DifferenceRule()  # bench's own  # an EXL3_* variable the config leaves to exllamav3
+_UNSET = "(exllamav3 default)"  # an EXL3_* variable the config leaves to exllamav3
+_RULE = DifferenceRule()  # bench's own
+
+
+class MinimizeError(AutoresearchError):
+    """The champion could not be measured in a round: nothing can be compared against it."""
 
 
 @dataclass(frozen=True)

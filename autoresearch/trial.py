@@ -37,8 +37,7 @@ from autoresearch.progress import Progress
 from autoresearch.provenance import record_provenance, server_info
 from autoresearch.servers import serve
 from autoresearch.study import CONSTRAINTS, baseline_trial_params
-from bench import BenchResult, Endpoint, noise_floor, run_bench
-from bench.errors import BenchError
+from bench import BenchError, BenchResult, noise_floor, run_bench
 from bench.metrics import Metric
 from eval import (
     EvalStore,
@@ -51,6 +50,7 @@ from eval import (
     run_suite,
 )
 from eval.errors import EvalError, TasksetRunError
+from openai_client import ClientError, Endpoint
 from results import to_jsonable
 from search_space import (
     MemoryModel,
@@ -70,10 +70,13 @@ OK, VIOLATED = -1.0, 1.0
 
 @dataclass
 class _Record:
-    """What a trial learned; written to user_attrs and constraints on every exit path."""
+    """What a trial learned; written to user_attrs and constraints on every exit path.
+
+    Only what was measured is recorded: a duplicate records no constraint, a trial stopped at the
+    fidelity gate none for the tasks it never ran (`study.feasible` wants every one, satisfied)."""
 
     trial: optuna.Trial
-    constraints: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CONSTRAINTS, VIOLATED))
+    constraints: dict[str, float] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
 
     def stage(self, name: str) -> None:
@@ -110,6 +113,13 @@ class TrialRunner:
     # ---- the objective ----
 
     def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
+        try:
+            return self._run(trial)
+        except KeyboardInterrupt:  # Ctrl-C: the loop's next run retries this trial (study.retry_interrupted)
+            trial.set_user_attr("interrupted_in", trial.number)
+            raise
+
+    def _run(self, trial: optuna.Trial) -> tuple[float, float]:
         config = sample_config(trial, self.space)
         role = trial.user_attrs.get("role", "candidate")
         trial.set_user_attr("role", role)
@@ -225,9 +235,8 @@ class TrialRunner:
         else:
             for reason in decision.reasons:
                 record.reasons.append(reason)
-            if decision.failed_stage == "fidelity":
-                record.constraints["fidelity"] = VIOLATED
-            record.constraints["tasks"] = VIOLATED
+            # the stage that failed; the tasks never ran where fidelity failed
+            record.constraints["fidelity" if decision.failed_stage == "fidelity" else "tasks"] = VIOLATED
             record.close(f"gate_failed_{decision.failed_stage}")
         return decode, prefill
 
@@ -335,7 +344,7 @@ class TrialRunner:
             # a fresh salt per run: no prompt of an earlier run may be found in any cache
             plan = dataclasses.replace(self.plan.bench_plan, salt=secrets.token_hex(4))
             result = run_bench(plan, Endpoint(url=server.url), workload=self.plan.workload)
-        except BenchError as exc:
+        except (BenchError, ClientError) as exc:
             log.warning("bench failed on trial %d: %s", trial.number, exc)
             self._measure(trial, config, "bench_error", {"error": str(exc)}, launch=launch)
             raise Unmeasured(f"bench failed: {type(exc).__name__}: {exc}") from exc

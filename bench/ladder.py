@@ -15,15 +15,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import platform
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
-from bench.client import Client, Endpoint, build_body
 from bench.corpus import PromptKind
-from bench.errors import BenchConfigError, ProtocolError, ServerRejected, ServerUnreachable
+from bench.errors import BenchConfigError
 from bench.plan import BenchPlan
 from bench.prompts import Prompt, PromptSource, TokenScale
 from bench.records import (
@@ -37,14 +37,17 @@ from bench.records import (
 )
 from bench.stats import is_settled, summarize
 from bench.telemetry import GpuMonitor
+from bench.timing import timed_stream
 from bench.validity import DECODE_RATE as _DECODE_RATE
 from bench.validity import mark_run_stalls as _mark_stalls
 from bench.validity import mark_stalls, prefill_rate, size_error, validate_run
 from bench.workload import Workload
+from openai_client import Client, Endpoint, ProtocolError, ServerRejected, ServerUnreachable, build_body
 
 __all__ = ["mark_stalls", "run_bench", "validate_run"]  # the last two live in bench.validity
 
 log = logging.getLogger(__name__)
+LOAD_WAIT_S = 900.0  # a 27B loads in minutes; the launcher's own start-up limit is the same
 
 _PROBE_TOKENS = 8  # completion length of the capability probe
 _SMALL_PROBE_CHARS = 200
@@ -67,6 +70,7 @@ def run_bench(plan: BenchPlan, endpoint: Endpoint, *, workload: Workload | None 
     monitor = GpuMonitor.open(plan.gpu_index)
     try:
         with Client(endpoint, timeout_s=plan.request_timeout_s) as client:
+            wait_until_loaded(client)
             session = _Session(plan, client, PromptSource(plan.salt, workload=workload), monitor)
             session.set_up()
             prefill = tuple(session.measure_prefill(t) for t in plan.prefill_tokens)
@@ -87,6 +91,26 @@ def run_bench(plan: BenchPlan, endpoint: Endpoint, *, workload: Workload | None 
         prefill=prefill,
         decode=decode,
     )
+
+
+def wait_until_loaded(client: Client, *, timeout_s: float = LOAD_WAIT_S, poll_s: float = 0.5) -> None:
+    """Wait while /health answers 503 "loading" (a server started moments ago), instead of failing the first
+    request with 503. A server without /health counts as loaded; one whose /health says it failed raises.
+
+    Raises:
+        ServerRejected: /health refused for another reason, or still loading after `timeout_s`.
+        ServerUnreachable.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            client.get_json("/health", missing_ok=True)
+            return
+        except ServerRejected as exc:
+            if exc.status != 503 or "loading" not in exc.detail or time.monotonic() >= deadline:
+                raise
+        log.info("the server is still loading its model; bench waits for /health")
+        time.sleep(poll_s)
 
 
 def _check_workload(plan: BenchPlan, workload: Workload | None) -> None:
@@ -393,9 +417,9 @@ class _Session:
         )
         path = "/v1/chat/completions" if self.plan.api == "chat" else "/v1/completions"
         if self.monitor is None:
-            return self.client.stream(spec, body, path)
+            return timed_stream(self.client, spec, body, path)
         with self.monitor.window() as window:
-            result = self.client.stream(spec, body, path)
+            result = timed_stream(self.client, spec, body, path)
         return dataclasses.replace(result, gpu=window.result)
 
     def _next_serial(self) -> int:

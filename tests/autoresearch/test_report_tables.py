@@ -105,6 +105,9 @@ def test_the_guard_states_what_each_taskset_can_detect_and_never_merges_or_accep
             "gives p = 0.125") in text
     assert ("**mmlu-pro** (10 tasks, false-rejection rate 0.025): rejects at 6 tasks lost with none gained; catches "
             "an accuracy drop of 67% with 80% power when nothing else flips, 77% when 10% of the tasks flip") in text
+    # only the 5 tasks the baseline answered right can be lost, fewer than the 6 that reject
+    assert ("**On this baseline it cannot detect any loss: the baseline answered 5 of 10 right, and only those can "
+            "be lost.**") in text
     rows = [line for line in text.splitlines() if line.startswith("| 2 |")]
     assert rows == ["| 2 | aime25 | no loss detected on 3 tasks | 3 | 0 | 0 | 1 | 0.025 | none |",
                     "| 2 | mmlu-pro | no loss detected on 10 tasks | 10 | 5 | 0 | 0.0312 | 0.025 | 67% |"]
@@ -149,3 +152,21 @@ def test_decode_per_kind_shows_each_point_its_weight_and_the_champions_acceptanc
     eos_lines = render_section("decode_by_kind", eos).splitlines()
     assert eos.past_answer == [] and any("timed the model's own answer" in line for line in eos_lines)
     assert eos_lines[eos_lines.index(lines[header]) - 1] == ""
+
+
+def test_a_smoke_task_tier_is_said_at_the_top():
+    """Before: RESULTS.md said the task tier was a smoke check only near its bottom, under the task tables."""
+    import datetime
+
+    from eval import GatePolicy, TaskPolicy
+
+    plan = SimpleNamespace(study_name="s", storage_label="sqlite:///results.db", suite="offline", engine="transformers",
+                           model=SimpleNamespace(name="tiny", source="embedded", manifest_hash="0" * 64),
+                           gate_policy=GatePolicy(tasks=TaskPolicy(mode="smoke")))
+    s = SimpleNamespace(plan=plan, generated=datetime.datetime(2026, 12, 2), stopped=None,
+                        fidelity_gate={"noise_factor": 3, "min_floor_kl_mean": 1e-4, "min_floor_kl_p99": 1e-3,
+                                       "min_floor_top1_disagreement": 0.002})
+    header = render_section("header", s)
+    assert "**The task tier ran as a smoke check" in header
+    judged = SimpleNamespace(**{**vars(plan), "gate_policy": GatePolicy()})
+    assert "smoke" not in render_section("header", SimpleNamespace(**{**vars(s), "plan": judged}))

@@ -12,6 +12,7 @@ from autoresearch.errors import StudyError
 from autoresearch.finalists import load_champion
 from autoresearch.plan import RunPlan
 from autoresearch.report import write_report
+from autoresearch.request_time import ranking_label
 from eval import EvalStore
 from serving.config import ServingConfig
 
@@ -34,7 +35,8 @@ def export_champion(plan: RunPlan, out: Path) -> int:
     out.write_text(config.to_json() + "\n")
     who = "the baseline" if champion["is_baseline"] else f"trial {champion['trial']}"
     print(f"wrote {out}: {who}, decode {champion['decode_tok_per_s']:.2f} tok/s, prefill "
-          f"{champion['prefill_tok_per_s']:.1f} tok/s ({champion['speedup']:.3f}x the baseline)")
+          f"{champion['prefill_tok_per_s']:.1f} tok/s ({champion['speedup']:.3f}x the baseline by "
+          f"{ranking_label(champion.get('ranked_by'))})")
     print(f"serve it:\n  python -m serving --model {plan.model.path} --config {out}")
     return 0
 

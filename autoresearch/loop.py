@@ -14,10 +14,11 @@ from autoresearch.baseline import BaselineNotReady
 from autoresearch.db import ResultsDB
 from autoresearch.errors import BaselineUnmeasured
 from autoresearch.finalists import ConfirmedElsewhere, confirm_finalists, feasible_front
-from autoresearch.objectives import speedup_score
 from autoresearch.plan import RunPlan
 from autoresearch.progress import Progress
+from autoresearch.ranking import Ranking
 from autoresearch.report import write_report
+from autoresearch.request_time import RANKED_BY
 from autoresearch.servers import reap_orphan_servers
 from autoresearch.study import open_study
 from autoresearch.trial import TrialRunner
@@ -42,9 +43,18 @@ def _best_line(study: optuna.Study) -> str:
     front = [t for t in feasible_front(study) if t.user_attrs.get("role") != "baseline"]
     if not front:
         return f"baseline (decode {baseline.values[0]:.1f}, prefill {baseline.values[1]:.0f} tok/s)"
-    best = max(front, key=lambda t: speedup_score(tuple(t.values), tuple(baseline.values)))
-    score = speedup_score(tuple(best.values), tuple(baseline.values))
-    return f"trial {best.number}: decode {best.values[0]:.1f}, prefill {best.values[1]:.0f} tok/s ({score:.3f}x)"
+    ranking = Ranking.of(study)
+    score, best = ranking.rank(front, baseline)[0]
+    scalar = "request time" if ranking.ranked_by == RANKED_BY else "geometric mean"
+    return (f"trial {best.number}: decode {best.values[0]:.1f}, prefill {best.values[1]:.0f} tok/s "
+            f"({score:.3f}x by {scalar})")
+
+
+def _speedups(champion) -> str:
+    if champion.ranked_by != RANKED_BY:
+        return f"speed-up {champion.speedup:.3f}x (geometric mean of decode and prefill)"
+    return (f"request time {champion.speedup:.3f}x faster (decode {champion.decode_speedup:.3f}x, prefill "
+            f"{champion.prefill_speedup:.3f}x)")
 
 
 def run(plan: RunPlan) -> int:
@@ -91,6 +101,6 @@ def run(plan: RunPlan) -> int:
         return 1
     who = "the baseline (no candidate confirmed faster)" if champion.is_baseline else f"trial {champion.trial}"
     print(f"champion: {who}; decode {champion.decode_tok_per_s:.2f} tok/s, prefill {champion.prefill_tok_per_s:.1f} "
-          f"tok/s, speed-up {champion.speedup:.3f}x")
+          f"tok/s, {_speedups(champion)}")
     print(f"results: {plan.results_md}")
     return 0

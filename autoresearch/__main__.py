@@ -4,7 +4,7 @@ Usage:
     python -m autoresearch                                  # embedded default: tiny model, CPU, offline suite
     python -m autoresearch --suite broad --model DIR|ORG/REPO@REV [--trials N | --hours H] [--vram 24GiB]
                            [--study NAME] [--storage URL]
-    python -m autoresearch export [--study NAME] [--storage URL] [--out champion.json]
+    python -m autoresearch export [--study NAME] [--storage URL] [--out champion.json] [--format serving|tabbyapi]
     python -m autoresearch report [--study NAME] [--storage URL]
     python -m autoresearch sweep --model DIR --baseline B.json --candidate NAME=C.json ... --db URL
                            # fidelity only: the baseline protocol, then each candidate in a fresh launch
@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--draft-model", help="a draft checkpoint of the same vocabulary (a small causal LM, or a "
                         "DFlash drafter; exllamav3 decides which): the study may then draft with it")
     parser.add_argument("--suite", help="task suite: offline, smoke, broad, quick, full, or none (gate on fidelity "
-                        "only) (default: offline for the embedded default, broad with --model)")
+                        "only) (default: offline for the embedded default, broad with --model, whose task tier is "
+                        "a guard)")
     parser.add_argument("--enqueue", action="append", default=[], metavar="KNOB=VALUE[,KNOB=VALUE]",
                         help="try this change of the baseline early (repeatable), e.g. --enqueue max_chunk_size=4096")
     parser.add_argument("--no-levers", action="store_true",
@@ -96,7 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--grace", type=int, default=60,
                         help="shared studies: seconds without a heartbeat after which another worker, on any host, "
                         "retries the trial or takes over the claim (default 60; well above the hosts' clock skew)")
-    parser.add_argument("--out", type=Path, default=Path("champion.json"), help="export: where to write the config")
+    parser.add_argument("--out", type=Path, help="export: where to write it (default: champion.json for --format serving, "
+                        "the folder tabbyapi-export for --format tabbyapi)")
+    parser.add_argument("--format", choices=("serving", "tabbyapi"), default="serving",
+                        help="export: this project's serving config (default), or TabbyAPI's config.yml + exl3.env, "
+                        "with the settings TabbyAPI cannot express and their measured cost in NOT-EXPRESSED.md")
+    parser.add_argument("--full-champion", action="store_true",
+                        help="export the confirmed champion even when a minimal champion passed the gate")
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser
 
@@ -150,7 +157,8 @@ def make_plan(args: argparse.Namespace):
     baseline_changes = _assignments(args.baseline.split(","), "--baseline") if args.baseline else {}
     overrides = _suite_overrides(args, embedded=model.is_embedded)
     # The embedded default's random model answers nothing right: its task tier is a smoke check, and says so.
-    gate_policy = _gate_policy(args, judge=not model.is_embedded)
+    # broad's 3-10 tasks per taskset cannot show that nothing was lost: its tier is a guard, and says what it sees.
+    gate_policy = _gate_policy(args, mode="smoke" if model.is_embedded else "guard" if suite == "broad" else "judge")
     if suite != "none" and args.command == "run":
         _check_task_power(suite, overrides, gate_policy.tasks)
     workload = _workload(args, suite, overrides) if args.command == "run" else None
@@ -202,7 +210,7 @@ def _stored_study(args: argparse.Namespace) -> dict | None:
     return attrs if "model" in attrs and "engine" in attrs and "suite" in attrs else None
 
 
-def _gate_policy(args: argparse.Namespace, *, judge: bool):
+def _gate_policy(args: argparse.Namespace, *, mode: str):
     import dataclasses
 
     from eval import GatePolicy
@@ -213,7 +221,7 @@ def _gate_policy(args: argparse.Namespace, *, judge: bool):
                if getattr(args, name) is not None}
     try:
         return GatePolicy(fidelity=dataclasses.replace(policy.fidelity, **changes),
-                          tasks=task_policy_from_args(args, judge=judge))
+                          tasks=task_policy_from_args(args, mode=mode))
     except EvalConfigError as exc:
         raise PlanError(str(exc)) from exc
 
@@ -352,7 +360,7 @@ def _run_command(args: argparse.Namespace, shown_storage: str) -> int:
         if args.command == "export":
             from autoresearch.export import export_champion
 
-            return export_champion(plan, args.out)
+            return export_champion(plan, args.out, fmt=args.format, full=args.full_champion)
         if args.command == "report":
             from autoresearch.export import regenerate_report
 

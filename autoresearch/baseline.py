@@ -134,10 +134,10 @@ def _stored_reference(store: EvalStore, model_manifest_hash: str, probe_set: Pro
 
 def _reference_suite(run: Callable[[int], SuiteResult], policy: TaskPolicy) -> SuiteResult:
     """The task tier's reference, or the study stops: a baseline with failed episodes is run once more,
-    and one that still fails, hits its token budget on most answers or has too few tasks for the
-    claimed power cannot judge anyone (smoke mode records it and judges nothing)."""
+    and one that still fails, hits its token budget on most answers or (judge mode) has too few tasks
+    for the claimed power cannot judge anyone (smoke mode records it and judges nothing)."""
     suite = run(0)
-    problems = _suite_problems(suite, policy) if policy.judge else []
+    problems = _suite_problems(suite, policy) if policy.decides else []
     if problems and any(t.failures for t in suite.tasksets):
         log.warning("the baseline's suite run had operational failures; running it once more: %s", problems)
         suite = run(1)

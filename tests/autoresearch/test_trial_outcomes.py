@@ -40,7 +40,7 @@ def _plan(tmp_path: Path, model, engine: str, **kw) -> RunPlan:
                    bench_plan=default_bench_plan(engine, _workload()), workload=_workload(),
                    probe_config=default_probe_config(engine),
                    suite_overrides={"limit": 1, "max_tokens": 16}, port=0,
-                   gate_policy=kw.pop("gate_policy", GatePolicy(tasks=TaskPolicy(judge=False))), **kw)
+                   gate_policy=kw.pop("gate_policy", GatePolicy(tasks=TaskPolicy(mode="smoke"))), **kw)
 
 
 def _runner(plan: RunPlan):

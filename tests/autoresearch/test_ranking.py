@@ -114,4 +114,4 @@ def test_a_committed_study_ranked_by_the_geometric_mean_reports_and_exports_sayi
     assert "Request time on the workload, recomputed from its launches' records: 1.254x (decode 1.249x" in text
     assert "**Answer lengths assumed, not measured: math @1024: 256 tokens (the answers reached the plan's" in text
     assert main(["export", *common, "--out", str(tmp_path / "c.json")]) == 0
-    assert "(1.439x the baseline by the geometric mean" in capsys.readouterr().out
+    assert "(1.439x the baseline as confirmed, by the geometric mean" in capsys.readouterr().out

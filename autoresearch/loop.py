@@ -44,7 +44,10 @@ def _best_line(study: optuna.Study) -> str:
     if not front:
         return f"baseline (decode {baseline.values[0]:.1f}, prefill {baseline.values[1]:.0f} tok/s)"
     ranking = Ranking.of(study)
-    score, best = ranking.rank(front, baseline)[0]
+    ranked = ranking.rank(front, baseline)
+    if not ranked:
+        return "no front member could be ranked (see the warnings)"
+    score, best = ranked[0]
     scalar = "request time" if ranking.ranked_by == RANKED_BY else "geometric mean"
     return (f"trial {best.number}: decode {best.values[0]:.1f}, prefill {best.values[1]:.0f} tok/s "
             f"({score:.3f}x by {scalar})")

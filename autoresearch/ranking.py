@@ -15,16 +15,19 @@ Usage:
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import optuna
 
+from autoresearch.errors import Unmeasured
 from autoresearch.objectives import objective_metrics, speedup_score
 from autoresearch.request_time import GEOMEAN, RANKED_BY, RequestMix, ranking_label
 from bench import BenchResult
 
 __all__ = ["Ranking", "mark_ranked_by_request_time", "objective_rates", "save_request_mix"]
 
+log = logging.getLogger(__name__)
 _RANKED_BY = "ranked_by"
 _MIX = "request_mix"
 RATES = "rates"  # a measured trial's user attr: the objective points' medians, as BenchResult.headline() keys them
@@ -66,11 +69,20 @@ class Ranking:
         if self.ranked_by == GEOMEAN:
             return speedup_score(tuple(trial.values), tuple(baseline.values))
         if self.mix is None:
-            raise ValueError("no request mix stored yet: the baseline has not been measured")
+            raise Unmeasured("no request mix stored yet: the baseline has not been measured")
+        missing = [t.number for t in (baseline, trial) if RATES not in t.user_attrs]
+        if missing:
+            raise Unmeasured(f"trial {missing[0]} stored no rates (a worker of an older version ran it)")
         return self.mix.speedup(baseline.user_attrs[RATES], trial.user_attrs[RATES])
 
     def rank(self, trials: list[optuna.trial.FrozenTrial], baseline: optuna.trial.FrozenTrial
              ) -> list[tuple[float, optuna.trial.FrozenTrial]]:
-        """(score, trial), best first; ties keep the trials' order."""
-        scored = [(self.score(t, baseline), t) for t in trials]
+        """(score, trial), best first; ties keep the trials' order. A trial that cannot be scored is left
+        out, with a warning that says why."""
+        scored = []
+        for t in trials:
+            try:
+                scored.append((self.score(t, baseline), t))
+            except Unmeasured as exc:
+                log.warning("trial %d is not ranked: %s", t.number, exc)
         return sorted(scored, key=lambda st: -st[0])

@@ -115,3 +115,13 @@ def test_a_committed_study_ranked_by_the_geometric_mean_reports_and_exports_sayi
     assert "**Answer lengths assumed, not measured: math @1024: 256 tokens (the answers reached the plan's" in text
     assert main(["export", *common, "--out", str(tmp_path / "c.json")]) == 0
     assert "(1.439x the baseline as confirmed, by the geometric mean" in capsys.readouterr().out
+
+
+def test_a_trial_without_stored_rates_is_left_out_of_the_ranking_not_given_a_number(tmp_path, caplog):
+    study = _study(tmp_path, request_time=True)
+    study.add_trial(optuna.trial.create_trial(values=[80.0, 4000.0], constraints=dict.fromkeys(CONSTRAINTS, -1.0),
+                                              params={}, user_attrs={"role": "candidate"}))
+    baseline, candidates = _trials(study)
+    ranked = Ranking.of(study).rank(candidates, baseline)
+    assert [t.number for _, t in ranked] == [2, 1]
+    assert "trial 3 is not ranked: trial 3 stored no rates" in caplog.text

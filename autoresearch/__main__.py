@@ -8,13 +8,16 @@ Usage:
     python -m autoresearch report [--study NAME] [--storage URL]
     python -m autoresearch sweep --model DIR --baseline B.json --candidate NAME=C.json ... --db URL
                            # fidelity only: the baseline protocol, then each candidate in a fresh launch
+    python -m autoresearch workload --suite offline --out workload.json   # the suite's tasks for bench --workload
 
-Exit status: 0 done, 1 the run failed, 2 usage or storage error.
+Exit status: 0 done, 1 the run failed, 2 usage or storage error, 130 interrupted (Ctrl-C).
+Ordinary failures are one line on stderr; tracebacks go to runs/<study>/loop.log (and the terminal with -v).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -22,8 +25,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from autoresearch.errors import AutoresearchError, PlanError, StorageError
+from autoresearch.errors import PlanError, StorageError
+from autoresearch.logs import setup_logging
 from eval.policy_args import add_task_policy_arguments, task_policy_from_args
+from tuner_errors import TunerError
 
 log = logging.getLogger("autoresearch")
 DEFAULT_STORAGE = "sqlite:///results.db"
@@ -51,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="judge candidates against the defaults with these changes, e.g. EXL3_INT8_GEMV=0 "
                         "(exact GEMV as the reference, so the gate decides whether int8 GEMV keeps fidelity)")
     parser.add_argument("--engine", choices=["exllamav3", "transformers"],
-                        help="default: exllamav3 with --model, transformers for the embedded default")
+                        help="default: the checkpoint's, as `python -m search_space` picks it (exllamav3 for an EXL3 "
+                        "folder, else transformers)")
     parser.add_argument("--trials", type=int, help="total trials in the study, baseline included (embedded default: 6)")
     parser.add_argument("--hours", type=float, help="stop starting trials after this many hours")
     parser.add_argument("--vram", help="VRAM budget, e.g. 24GiB (an RTX 3090); default: the GPU's memory")
@@ -64,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Optuna/results storage URL: sqlite:///results.db or postgresql://... (shared by workers)")
     parser.add_argument("--results-md", type=Path, default=Path("RESULTS.md"))
     parser.add_argument("--workdir", type=Path, default=Path("runs"), help="server logs, configs, suite runs")
-    parser.add_argument("--port", type=int, default=18020, help="server port (0: any free port, for several workers)")
+    parser.add_argument("--port", type=int, default=0, help="pin the servers' port (default 0: a free port per launch)")
     parser.add_argument("--pin", action="append", default=[], metavar="KNOB=VALUE",
                         help="hold a knob fixed (JSON value), e.g. --pin cache_tokens=32768")
     parser.add_argument("--suite-limit", type=int, help="tasks per taskset (shrink a suite)")
@@ -108,23 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def setup_logging(verbose: bool) -> None:
-    level = logging.DEBUG if verbose else logging.INFO
-    if sys.stderr.isatty():
-        from rich.logging import RichHandler
-
-        logging.basicConfig(level=level, format="%(message)s", handlers=[RichHandler(show_path=False)])
-    else:
-        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "optuna", "matplotlib"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
 def make_plan(args: argparse.Namespace):
     from autoresearch.model_source import model_of_study, resolve_model
     from autoresearch.plan import RunPlan, default_probe_config, study_name_for
     from search_space import gpu_memory_bytes, parse_bytes
+    from serving.config import engine_for_checkpoint
 
+    _check_flags(args)  # before the model is hashed and the workload built (seconds to minutes)
     cache_dir = Path(os.environ.get("AUTORESEARCH_CACHE", Path.home() / ".cache" / "exl3-autoresearch"))
     stored = _stored_study(args) if args.command != "run" else None
     if stored is not None:  # report/export of a stored study: what it was made with, no weights needed
@@ -132,7 +128,7 @@ def make_plan(args: argparse.Namespace):
         engine, suite = args.engine or stored["engine"], args.suite or stored["suite"]
     else:
         model = resolve_model(args.model, locks_dir=Path("locks"), cache_dir=cache_dir)
-        engine = args.engine or ("transformers" if model.is_embedded else "exllamav3")
+        engine = args.engine or engine_for_checkpoint(model.path)  # the engine `python -m search_space` picks
         suite = args.suite or ("offline" if model.is_embedded else "broad")
     if model.is_embedded and suite not in ("offline", "none"):
         raise PlanError(f"the embedded default runs the offline suite; --suite {suite} needs a real model (--model) "
@@ -180,6 +176,31 @@ def make_plan(args: argparse.Namespace):
         heartbeat_s=args.heartbeat, grace_s=args.grace,
         startup_timeout_s=300.0 if engine == "transformers" else 900.0,
     )
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """The usage mistakes that need neither the model nor the suite's data: refused at once."""
+    from eval.suites import SUITES
+    from search_space import parse_bytes
+    from search_space.errors import BudgetError
+
+    for flag, value, ok in (("--trials", args.trials, lambda v: v >= 1), ("--hours", args.hours, lambda v: v > 0),
+                            ("--port", args.port, lambda v: 0 <= v <= 65535)):
+        if value is not None and not ok(value):
+            raise PlanError(f"{flag} {value}: " + ("a TCP port is 1-65535 (default 0: a free one per launch)"
+                                                   if flag == "--port" else "must be > 0"))
+    if args.suite is not None and args.suite not in (*SUITES, "none"):
+        raise PlanError(f"unknown suite {args.suite!r}; suites: {', '.join((*SUITES, 'none'))}")
+    for flag, value in (("--vram", args.vram), ("--host-memory-limit", args.host_memory_limit)):
+        try:
+            _ = value and parse_bytes(value)
+        except BudgetError as exc:
+            raise PlanError(f"{flag} {value!r}: {exc}") from exc
+    _assignments(args.pin, "--pin")
+    for item in (*args.enqueue, *([args.baseline] if args.baseline else [])):
+        _assignments(item.split(","), "--enqueue" if item in args.enqueue else "--baseline")
+    for flag in ("bench_prefill", "bench_decode"):
+        _token_counts(args, flag)
 
 
 def _suite_overrides(args: argparse.Namespace, *, embedded: bool) -> dict:
@@ -266,7 +287,7 @@ def _workload(args: argparse.Namespace, suite_name: str, overrides: dict):
         if choice == "suite":
             if suite_name == "none":
                 raise PlanError("--bench-workload suite needs a suite; with --suite none use corpus or a FILE")
-            from eval.workload import suite_workload
+            from autoresearch.workload import suite_workload
 
             return suite_workload(_suite_spec(suite_name, overrides))
         return Workload.load(Path(choice))
@@ -282,12 +303,8 @@ def _bench_plan(engine: str, args: argparse.Namespace, workload=None):
     plan = default_bench_plan(engine, workload)
     changes = {}
     for flag, field in (("bench_prefill", "prefill_tokens"), ("bench_decode", "decode_context_tokens")):
-        value = getattr(args, flag)
-        if value is not None:
-            try:
-                changes[field] = tuple(int(x) for x in value.split(",") if x.strip())
-            except ValueError as exc:
-                raise PlanError(f"--{flag.replace('_', '-')} {value!r}: write token counts like 1024,8192") from exc
+        if getattr(args, flag) is not None:
+            changes[field] = _token_counts(args, flag)
     if args.bench_decode_tokens is not None:
         changes["decode_tokens"] = args.bench_decode_tokens
     if args.bench_decode_until is not None:
@@ -299,6 +316,14 @@ def _bench_plan(engine: str, args: argparse.Namespace, workload=None):
         return dataclasses.replace(plan, **changes)
     except ValueError as exc:  # BenchConfigError names the field
         raise PlanError(str(exc)) from exc
+
+
+def _token_counts(args: argparse.Namespace, flag: str) -> tuple[int, ...] | None:
+    value = getattr(args, flag)
+    try:
+        return None if value is None else tuple(int(x) for x in value.split(",") if x.strip())
+    except ValueError as exc:
+        raise PlanError(f"--{flag.replace('_', '-')} {value!r}: write token counts like 1024,8192") from exc
 
 
 def _assignments(items, flag: str) -> dict:
@@ -323,6 +348,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sweep_args = sweep.build_parser().parse_args(argv[1:])
         setup_logging(sweep_args.verbose)
         return sweep.command(sweep_args)
+    if argv[:1] == ["workload"]:
+        from autoresearch import workload
+
+        workload_args = workload.build_parser().parse_args(argv[1:])
+        setup_logging(workload_args.verbose)
+        return workload.command(workload_args)
     args = build_parser().parse_args(argv)
     if args.command == "sweep":
         print("error: write `sweep` first: python -m autoresearch sweep --help", file=sys.stderr)
@@ -341,10 +372,13 @@ def _command(args: argparse.Namespace) -> int:
     from results import readable_storage
 
     shown = args.storage
-    if args.command != "run":  # reports and exports only read: a read-only copy of a database will do
-        args.storage = readable_storage(args.storage)
     try:
-        return _run_command(args, shown)
+        with contextlib.ExitStack() as stack:
+            if args.command != "run":  # reports and exports only read: a snapshot, never a new database
+                args.storage = stack.enter_context(readable_storage(args.storage))
+            return _run_command(args, shown)
+    except FileNotFoundError as exc:
+        raise StorageError(f"no database at {shown}: run the loop first, or pass --storage") from exc
     except sqlalchemy.exc.DatabaseError as exc:  # corrupt, not a database, locked, unreachable server
         raise StorageError(f"cannot use {shown}: {exc.orig if exc.orig is not None else exc}".splitlines()[0]) \
             from exc
@@ -371,21 +405,13 @@ def _run_command(args: argparse.Namespace, shown_storage: str) -> int:
     except PlanError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except AutoresearchError as exc:
+    except TunerError as exc:  # every package's deliberate errors: a clear line, not a traceback
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    except Exception as exc:  # the other packages' deliberate errors: a clear line, not a traceback
-        from eval.errors import EvalError
-        from search_space.errors import SearchSpaceError
-        from serving.errors import ServingError
-
-        if isinstance(exc, EvalError | SearchSpaceError | ServingError):
-            print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
-            return 1
-        raise
     except KeyboardInterrupt:
-        print("interrupted: the study is saved; run the same command again to continue", file=sys.stderr)
-        return 1
+        print("interrupted: the study is saved; the same command continues it (the trial in flight runs again)",
+              file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

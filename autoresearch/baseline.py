@@ -30,7 +30,7 @@ from typing import Any, Generic, TypeVar
 import optuna
 
 from autoresearch.db import ResultsDB
-from autoresearch.errors import BaselineUnmeasured, Unmeasured
+from autoresearch.errors import BaselineNotReady, BaselineUnmeasured, Unmeasured
 from bench import BenchResult, NoiseFloor, mark_stalls
 from eval import (
     EvalStore,
@@ -44,19 +44,12 @@ from eval import (
 from eval.decision import TaskPolicy, baseline_problems
 from eval.probes import ProbeSet
 
-__all__ = ["BaselineEvidence", "BaselineNotReady", "BaselineRun", "load_baseline", "measured_or_stop", "run_baseline",
+__all__ = ["BaselineEvidence", "BaselineRun", "load_baseline", "measured_or_stop", "run_baseline",
            "save_baseline", "stored_speed_floor", "wait_for_baseline"]
 
 log = logging.getLogger(__name__)
 _KEY = "baseline_evidence"
 M = TypeVar("M")
-
-
-class BaselineNotReady(Exception):
-    """The baseline must run (again) before this candidate; the candidate is re-enqueued, not lost.
-
-    The loop passes it to optimize(catch=...): the trial ends FAIL, which no sampler counts or learns from.
-    """
 
 
 # ---- the protocol ----
@@ -219,5 +212,6 @@ def wait_for_baseline(trial: optuna.Trial, *, store: EvalStore, db: ResultsDB, s
             if optuna.trial.TrialState.WAITING not in states:
                 study.enqueue_trial(baseline_params(), user_attrs={"role": "baseline"})
             study.enqueue_trial(trial.params, user_attrs={"role": "candidate", "deferred_from": trial.number})
+            log.info("trial %d deferred: the baseline runs first, then this configuration", trial.number)
             raise BaselineNotReady(f"trial {trial.number} deferred: the baseline must run first")
         time.sleep(2.0)  # another worker is measuring the baseline

@@ -10,20 +10,22 @@ import logging
 
 import optuna
 
-from autoresearch.baseline import BaselineNotReady
 from autoresearch.db import ResultsDB
-from autoresearch.errors import BaselineUnmeasured
-from autoresearch.finalists import ConfirmedElsewhere, confirm_finalists, feasible_front
+from autoresearch.errors import BaselineNotReady, BaselineUnmeasured, ConfirmedElsewhere, PlanError
+from autoresearch.finalists import confirm_finalists, feasible_front
+from autoresearch.logs import log_to_file
 from autoresearch.plan import RunPlan
+from autoresearch.preflight import preflight
 from autoresearch.progress import Progress
 from autoresearch.ranking import Ranking
 from autoresearch.report import write_report
 from autoresearch.request_time import RANKED_BY
 from autoresearch.servers import reap_orphan_servers
-from autoresearch.study import open_study
+from autoresearch.study import check_enqueued, open_study
 from autoresearch.trial import TrialRunner
 from eval import EvalStore
 from search_space import SpaceContext, build_space, read_model_info
+from search_space.errors import SpaceError
 
 __all__ = ["counted_trials", "run"]
 
@@ -61,15 +63,25 @@ def _speedups(champion) -> str:
 
 
 def run(plan: RunPlan) -> int:
+    draft = read_model_info(plan.draft_model.path) if plan.draft_model is not None else None
+    try:
+        space = build_space(SpaceContext(engine=plan.engine, model=read_model_info(plan.model.path),
+                                         draft_model=draft), pinned=plan.pinned)
+    except SpaceError as exc:  # a --pin mistake: a usage error, found before anything is created
+        raise PlanError(f"--pin: {exc}") from exc
+    check_enqueued(plan, space)
+    preflight(plan)
     plan.study_dir.mkdir(parents=True, exist_ok=True)
+    with log_to_file(plan.study_dir / "loop.log"):
+        return _run(plan, space)
+
+
+def _run(plan: RunPlan, space) -> int:
     db = ResultsDB(plan.storage_url)  # first: creates the file and switches SQLite to WAL
     store = EvalStore(plan.storage_url)
     stopped = reap_orphan_servers(plan.study_dir / "servers")
     if stopped:
         log.warning("stopped %d server(s) left running by a killed loop", stopped)
-    draft = read_model_info(plan.draft_model.path) if plan.draft_model is not None else None
-    space = build_space(SpaceContext(engine=plan.engine, model=read_model_info(plan.model.path), draft_model=draft),
-                        pinned=plan.pinned)
     study = open_study(plan, space)
     log.info("study %s in %s: %d trials so far; search space of %s configurations", plan.study_name,
              plan.storage_url, len(study.trials), space.size())
@@ -84,6 +96,10 @@ def run(plan: RunPlan) -> int:
         if plan.trials is not None:
             callbacks.insert(0, optuna.study.MaxTrialsCallback(plan.trials, states=_COUNTED))
         remaining = None if plan.trials is None else plan.trials - counted_trials(study)
+        if remaining is not None and remaining <= 0:
+            log.info("study %s is finished: it has %d trials (--trials %d); to extend it, run the same command "
+                     "with --trials N, N > %d", plan.study_name, counted_trials(study), plan.trials,
+                     counted_trials(study))
         if remaining is None or remaining > 0:
             try:
                 study.optimize(runner, n_trials=None, timeout=plan.hours * 3600 if plan.hours else None,

@@ -39,8 +39,7 @@ from autoresearch.ranking import RATES, REQUEST_SPEEDUP, objective_rates, save_r
 from autoresearch.request_time import RequestMix
 from autoresearch.servers import serve
 from autoresearch.study import CONSTRAINTS, baseline_trial_params
-from bench import BenchResult, Endpoint, noise_floor, run_bench
-from bench.errors import BenchError
+from bench import BenchError, BenchResult, noise_floor, run_bench
 from bench.metrics import Metric
 from eval import (
     EvalStore,
@@ -53,6 +52,7 @@ from eval import (
     run_suite,
 )
 from eval.errors import EvalError, TasksetRunError
+from openai_client import ClientError, Endpoint
 from results import to_jsonable
 from search_space import (
     MemoryModel,
@@ -119,6 +119,13 @@ class TrialRunner:
     # ---- the objective ----
 
     def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
+        try:
+            return self._run(trial)
+        except KeyboardInterrupt:  # Ctrl-C: the loop's next run retries this trial (study.retry_interrupted)
+            trial.set_user_attr("interrupted_in", trial.number)
+            raise
+
+    def _run(self, trial: optuna.Trial) -> tuple[float, float]:
         config = sample_config(trial, self.space)
         role = trial.user_attrs.get("role", "candidate")
         trial.set_user_attr("role", role)
@@ -349,7 +356,7 @@ class TrialRunner:
             # a fresh salt per run: no prompt of an earlier run may be found in any cache
             plan = dataclasses.replace(self.plan.bench_plan, salt=secrets.token_hex(4))
             result = run_bench(plan, Endpoint(url=server.url), workload=self.plan.workload)
-        except BenchError as exc:
+        except (BenchError, ClientError) as exc:
             log.warning("bench failed on trial %d: %s", trial.number, exc)
             self._measure(trial, config, "bench_error", {"error": str(exc)}, launch=launch)
             raise Unmeasured(f"bench failed: {type(exc).__name__}: {exc}") from exc

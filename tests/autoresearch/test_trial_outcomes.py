@@ -16,10 +16,10 @@ from autoresearch.plan import RunPlan, default_bench_plan, default_probe_config
 from autoresearch.progress import Progress
 from autoresearch.study import open_study
 from autoresearch.trial import TrialRunner
+from autoresearch.workload import suite_workload
 from eval import EvalStore, GatePolicy
 from eval.decision import TaskPolicy
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
-from eval.workload import suite_workload
 from search_space import SpaceContext, baseline_params, build_space, read_model_info
 from serving.synthetic.exl3 import QWEN38_27B, write_exl3_checkpoint
 

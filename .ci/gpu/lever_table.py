@@ -31,7 +31,8 @@ from autoresearch.finalists import load_champion
 from autoresearch.objectives import objectives_from_bench
 from autoresearch.ranking import Ranking
 from autoresearch.request_time import RequestMix, median_headline
-from bench import BenchPlan, BenchResult, Endpoint, Workload, run_bench
+from bench import BenchPlan, BenchResult, Workload, run_bench
+from openai_client import Endpoint
 from search_space import SpaceContext, build_space, read_model_info
 from serving.config import ServingConfig
 from serving.launcher import LaunchSpec, free_port, launch

@@ -77,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--suite-max-tokens", type=int, help="max output tokens per call in every taskset")
     parser.add_argument("--suite-tasksets", help="run only these tasksets of the suite, comma-separated")
     parser.add_argument("--suite-concurrency", type=int, help="task requests in flight (default: the suite's)")
+    parser.add_argument("--suite-runtime", choices=("docker", "subprocess"),
+                        help="where the suite's harness runs (default: the suite's; docker for the Prime suites, "
+                        "whose tasksets declare network policies only a container enforces; subprocess runs on "
+                        "this host, for tasksets that declare none, e.g. the CPU stand-ins)")
     add_task_policy_arguments(parser)
     parser.add_argument("--bench-prefill", help="prefill ladder, token counts, e.g. 8192 (default: 8192 on GPU)")
     parser.add_argument("--bench-decode", help="decode contexts, e.g. 1024,8192 (default on GPU)")
@@ -130,9 +134,6 @@ def make_plan(args: argparse.Namespace):
         model = resolve_model(args.model, locks_dir=Path("locks"), cache_dir=cache_dir)
         engine = args.engine or engine_for_checkpoint(model.path)  # the engine `python -m search_space` picks
         suite = args.suite or ("offline" if model.is_embedded else "broad")
-    if model.is_embedded and suite not in ("offline", "none"):
-        raise PlanError(f"the embedded default runs the offline suite; --suite {suite} needs a real model (--model) "
-                        "and, for AIME/LiveCodeBench, Docker")
     if model.is_embedded and engine != "transformers":
         raise PlanError("the embedded default model runs on the transformers (CPU) engine")
     trials = args.trials
@@ -154,9 +155,10 @@ def make_plan(args: argparse.Namespace):
     overrides = _suite_overrides(args, embedded=model.is_embedded)
     # The embedded default's random model answers nothing right: its task tier is a smoke check, and says so.
     # broad's 3-10 tasks per taskset cannot show that nothing was lost: its tier is a guard, and says what it sees.
-    gate_policy = _gate_policy(args, mode="smoke" if model.is_embedded else "guard" if suite == "broad" else "judge")
+    gate_policy = _gate_policy(args, mode="guard" if suite == "broad" else "smoke" if model.is_embedded else "judge")
     if suite != "none" and args.command == "run":
         _check_task_power(suite, overrides, gate_policy.tasks)
+        _check_suite_can_run(suite, overrides)
     workload = _workload(args, suite, overrides) if args.command == "run" else None
     draft_model = None
     if args.draft_model:
@@ -210,6 +212,8 @@ def _suite_overrides(args: argparse.Namespace, *, embedded: bool) -> dict:
                       ("suite_concurrency", "max_concurrent")):
         if getattr(args, flag) is not None:
             overrides[key] = getattr(args, flag)
+    if args.suite_runtime:
+        overrides["runtime"] = args.suite_runtime
     if args.suite_tasksets:
         overrides["tasksets"] = tuple(name.strip() for name in args.suite_tasksets.split(",") if name.strip())
     if embedded:
@@ -273,6 +277,26 @@ def _check_task_power(suite_name: str, overrides: dict, policy) -> None:
                 and (problem := underpowered(spec.name, spec.planned_tasks, policy, design))]
     if problems:
         raise PlanError("the task tier cannot make the claim it is asked to: " + "; ".join(problems))
+
+
+def _check_suite_can_run(suite_name: str, overrides: dict) -> None:
+    """Refuse, before the baseline launches, a suite that cannot run here: one line per missing piece and its fix.
+
+    The pinned tasksets installed, their data present and verified, Docker answering and its image built.
+    """
+    from eval.errors import DataIntegrityError
+    from eval.locks import load_locks
+    from eval.preflight import missing_pieces
+    from eval.snapshots import EvalPaths
+
+    suite = _suite_spec(suite_name, overrides)
+    try:
+        missing = missing_pieces(suite, locks=load_locks(), paths=EvalPaths.default())
+    except DataIntegrityError as exc:
+        raise PlanError(str(exc)) from exc
+    if missing:
+        raise PlanError(f"suite {suite.name} cannot run here; nothing was launched:\n"
+                        + "\n".join(m.line for m in missing))
 
 
 def _workload(args: argparse.Namespace, suite_name: str, overrides: dict):

@@ -27,7 +27,7 @@ from eval import EvalStore
 from search_space import SpaceContext, build_space, read_model_info
 from search_space.errors import SpaceError
 
-__all__ = ["counted_trials", "run"]
+__all__ = ["best_line", "counted_trials", "run"]
 
 log = logging.getLogger(__name__)
 _COUNTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -37,20 +37,23 @@ def counted_trials(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=_COUNTED))
 
 
-def _best_line(study: optuna.Study) -> str:
+def best_line(study: optuna.Study) -> str:
     trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     baseline = next((t for t in trials if t.user_attrs.get("role") == "baseline"), None)
     if baseline is None:
         return "baseline not measured yet"
     front = [t for t in feasible_front(study) if t.user_attrs.get("role") != "baseline"]
+    line = f"baseline (decode {baseline.values[0]:.1f}, prefill {baseline.values[1]:.0f} tok/s)"
     if not front:
-        return f"baseline (decode {baseline.values[0]:.1f}, prefill {baseline.values[1]:.0f} tok/s)"
+        return line
     ranking = Ranking.of(study)
     ranked = ranking.rank(front, baseline)
     if not ranked:
-        return "no front member could be ranked (see the warnings)"
+        return f"{line}; no front member could be ranked (see the warnings)"
     score, best = ranked[0]
     scalar = "request time" if ranking.ranked_by == RANKED_BY else "geometric mean"
+    if score <= 1.0:  # on the front by one objective, slower overall: the baseline is still the best
+        return f"{line}; no candidate faster yet (closest: trial {best.number} at {score:.3f}x by {scalar})"
     return (f"trial {best.number}: decode {best.values[0]:.1f}, prefill {best.values[1]:.0f} tok/s "
             f"({score:.3f}x by {scalar})")
 
@@ -89,7 +92,7 @@ def _run(plan: RunPlan, space) -> int:
         runner = TrialRunner(plan, space, db, store, progress)
 
         def after_trial(study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
-            progress.trial_finished(counted_trials(study), _best_line(study))
+            progress.trial_finished(counted_trials(study), best_line(study))
             write_report(plan, study, db, store)
 
         callbacks = [after_trial]

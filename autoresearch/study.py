@@ -28,18 +28,20 @@ CONSTRAINTS = ("fits", "launch_ok", "measured", "fidelity", "tasks")
 
 
 def constraints_of(trial: optuna.trial.FrozenTrial) -> list[float]:
-    """TPE's constraints_func: the trial's named constraints in CONSTRAINTS order (unset: violated).
+    """TPE's constraints_func: the trial's named constraints in CONSTRAINTS order; 0.0 for one it never
+    measured (a duplicate, the tasks of a trial the fidelity gate stopped): no violation is invented.
+    Every trial that is not feasible records the violation that made it so.
 
     Optuna then stores this list as the trial's system attr "constraints", which is what
     optuna-dashboard 0.21 draws (its _serializer.py reads trial_system_attrs["constraints"] only)."""
     named = trial.constraints
-    return [named.get(k, 1.0) for k in CONSTRAINTS]
+    return [named.get(k, 0.0) for k in CONSTRAINTS]
 
 
 def feasible(trial: optuna.trial.FrozenTrial) -> bool:
-    """COMPLETE with every constraint Optuna holds for it satisfied (none held: not feasible)."""
-    constraints = trial.constraints.values()
-    return trial.state == optuna.trial.TrialState.COMPLETE and bool(constraints) and all(c <= 0 for c in constraints)
+    """COMPLETE with every constraint of CONSTRAINTS recorded and satisfied (one not measured: not feasible)."""
+    constraints = trial.constraints
+    return trial.state == optuna.trial.TrialState.COMPLETE and all(constraints.get(k, 1.0) <= 0 for k in CONSTRAINTS)
 
 
 def _storage(plan: RunPlan) -> optuna.storages.RDBStorage:

@@ -138,3 +138,12 @@ def test_a_measured_trial_stores_its_rates_and_request_time_speed_up_for_the_das
     prompt, answer = 1000.0, 10.0  # the decode point's prompt, and the assumed answer
     expected = (prompt / 1000.0 + answer / 40.0) / (prompt / 2000.0 + answer / 44.0)
     assert trial.user_attrs["request_speedup"] == pytest.approx(expected)
+
+
+def test_best_so_far_follows_request_time(tmp_path):
+    from autoresearch.loop import best_line
+
+    line = best_line(_study(tmp_path, request_time=True))
+    assert line == f"trial 2: decode 44.0, prefill 1000 tok/s ({76.0 / (1.0 + 3000.0 / 44.0):.3f}x by request time)"
+    (tmp_path / "old").mkdir()
+    assert best_line(_study(tmp_path / "old", request_time=False)).startswith("trial 1: ")

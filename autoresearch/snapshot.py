@@ -286,7 +286,9 @@ def read_task_tier(plan: RunPlan, store: EvalStore, baseline_tasksets: list[Task
 
         k = len(baseline_tasksets)
         guard = tuple(state_guard(t.name, policy.guard(t.result.tasks, k), power=policy.power,
-                                  flips=policy.planned_discordance) for t in baseline_tasksets)
+                                  flips=policy.planned_discordance,
+                                  baseline_right=sum(e.correct(policy.full_credit) for e in t.result.episodes))
+                      for t in baseline_tasksets)
     return TaskTier(policy=policy, decisions=rows, guard=guard)
 
 

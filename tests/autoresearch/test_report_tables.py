@@ -107,6 +107,9 @@ def test_the_guard_states_what_each_taskset_can_detect_and_never_merges_or_accep
             "gives p = 0.125") in text
     assert ("**mmlu-pro** (10 tasks, false-rejection rate 0.025): rejects at 6 tasks lost with none gained; catches "
             "an accuracy drop of 67% with 80% power when nothing else flips, 77% when 10% of the tasks flip") in text
+    # only the 5 tasks the baseline answered right can be lost, fewer than the 6 that reject
+    assert ("**On this baseline it cannot detect any loss: the baseline answered 5 of 10 right, and only those can "
+            "be lost.**") in text
     rows = [line for line in text.splitlines() if line.startswith("| 2 |")]
     assert rows == ["| 2 | aime25 | no loss detected on 3 tasks | 3 | 0 | 0 | 1 | 0.025 | none |",
                     "| 2 | mmlu-pro | no loss detected on 10 tasks | 10 | 5 | 0 | 0.0312 | 0.025 | 67% |"]

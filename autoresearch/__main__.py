@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "a guard)")
     parser.add_argument("--enqueue", action="append", default=[], metavar="KNOB=VALUE[,KNOB=VALUE]",
                         help="try this change of the baseline early (repeatable), e.g. --enqueue max_chunk_size=4096")
+    parser.add_argument("--no-levers", action="store_true",
+                        help="do not enqueue the catalog's levers (each drafting mode the checkpoint allows, each "
+                        "prefill chunk size: one change each, after the baseline and --enqueue) before the sampler")
     parser.add_argument("--baseline", metavar="KNOB=VALUE[,KNOB=VALUE]",
                         help="judge candidates against the defaults with these changes, e.g. EXL3_INT8_GEMV=0 "
                         "(exact GEMV as the reference, so the gate decides whether int8 GEMV keeps fidelity)")
@@ -179,7 +182,7 @@ def make_plan(args: argparse.Namespace):
         vram_bytes=vram, emulate_vram=args.emulate_vram,
         host_memory_limit_bytes=parse_bytes(args.host_memory_limit) if args.host_memory_limit else None, port=args.port, seed=args.seed,
         bench_plan=_bench_plan(engine, args, workload), workload=workload, probe_config=default_probe_config(engine), suite_overrides=overrides,
-        pinned=pinned, enqueued=enqueued, baseline_changes=baseline_changes, finalists=args.finalists, finalist_launches=args.finalist_launches,
+        pinned=pinned, enqueued=enqueued, levers=not args.no_levers, baseline_changes=baseline_changes, finalists=args.finalists, finalist_launches=args.finalist_launches,
         heartbeat_s=args.heartbeat, grace_s=args.grace,
         minimize=not model.is_embedded if args.minimize is None else args.minimize,
         minimize_launches=args.minimize_launches, minimize_max_launches=args.minimize_max_launches,

@@ -100,6 +100,7 @@ class RunPlan:
     suite_overrides: dict = field(default_factory=dict)  # e.g. {"limit": 2, "max_tokens": 64} for the offline suite
     pinned: dict = field(default_factory=dict)  # knobs held fixed, e.g. {"cache_tokens": 32768}
     enqueued: tuple = ()  # baseline changes to try first, e.g. ({"max_chunk_size": 4096},)
+    levers: bool = True  # then the catalog's levers, one change each (SearchSpace.levers), before the sampler
     baseline_changes: dict = field(default_factory=dict)  # the baseline = defaults + these, e.g. {"EXL3_INT8_GEMV": 0}
     dominated_margin_rel: float = 0.05  # stop a trial this much slower than a front member on both objectives
     finalists: int = 2

@@ -117,12 +117,13 @@ def plan(tmp_path, tiny_model_dir) -> RunPlan:
 def _baseline_measured(study, plan, space, db, machine):
     """Stand-in for the baseline protocol: two fresh launches, stored as the protocol stores them."""
 
+    results = []
+
     def protocol(trial):
         config = sample_config(trial, space)
         for key, value in {"role": "baseline", "config": config.to_dict(), "config_digest": config.digest,
                            "outcome": "baseline"}.items():
             trial.set_user_attr(key, value)
-        results = []
         for launch in (0, 1):
             with machine.serve(config=config, log_path=plan.study_dir / f"baseline-{launch}.log") as server:
                 results.append(machine.run_bench(plan.bench_plan, Endpoint(url=server.url)))
@@ -138,7 +139,7 @@ def _baseline_measured(study, plan, space, db, machine):
         return BASE
 
     study.optimize(protocol, n_trials=1)
-    return SimpleNamespace(label="b", reference=None, fidelity_floor=None, suite=None,
+    return SimpleNamespace(label="b", reference=None, fidelity_floor=None, suite=None, bench=results[0],
                            speed_floor=NoiseFloor(rel_diff=()), trial_number=0)
 
 

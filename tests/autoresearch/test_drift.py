@@ -111,7 +111,7 @@ def plan(tmp_path, tiny_model_dir) -> RunPlan:
                    storage_url=f"sqlite:///{tmp_path / 'results.db'}", workdir=tmp_path / "runs",
                    results_md=tmp_path / "RESULTS.md", trials=20, bench_plan=default_bench_plan("transformers"),
                    probe_config=default_probe_config("transformers"), port=0,
-                   drift=DriftPolicy(every_trials=2, every_minutes=None))
+                   levers=False, drift=DriftPolicy(every_trials=2, every_minutes=None))
 
 
 def _baseline_measured(study, plan, space, db, machine):

@@ -13,7 +13,7 @@
 Launch 0 is skipped where it has nothing to do (no speed, no suite, a stored reference reused).
 
 The baseline trial stores the ids of what it measured (reference, noise-floor measurement, suite
-run) and its speed floor in the study's user attributes (`save_baseline`); candidates in any
+run, bench measurement rows) and its speed floor in the study's user attributes (`save_baseline`); candidates in any
 process load them back (`load_baseline`) or, while another worker is still measuring it, wait
 (`wait_for_baseline`).
 """
@@ -29,8 +29,9 @@ from typing import Any, Generic, TypeVar
 
 import optuna
 
+from autoresearch.db import ResultsDB
 from autoresearch.errors import BaselineNotReady, BaselineUnmeasured, Unmeasured
-from bench import NoiseFloor
+from bench import BenchResult, NoiseFloor, mark_stalls
 from eval import (
     EvalStore,
     FidelityMeasurement,
@@ -153,6 +154,7 @@ class BaselineEvidence:
     reference: Reference
     fidelity_floor: FidelityMeasurement
     suite: SuiteResult | None  # None when the run gates on fidelity only
+    bench: BenchResult  # launch 0's: the request-time mix every candidate's speed-up is weighed by
     speed_floor: NoiseFloor | None
     trial_number: int
 
@@ -170,15 +172,18 @@ def save_baseline(study: optuna.Study, evidence: BaselineEvidence) -> None:
     })
 
 
-def load_baseline(study: optuna.Study, store: EvalStore) -> BaselineEvidence | None:
+def load_baseline(study: optuna.Study, store: EvalStore, db: ResultsDB, study_name: str) -> BaselineEvidence | None:
     data = study.user_attrs.get(_KEY)
     if data is None:
         return None
+    rows = db.measurements(study=study_name, kind="bench", trial=data["trial"])
+    # records from before bench set stalled runs aside are judged by the same rule as new ones
+    bench = mark_stalls(BenchResult.from_dict(next(r for r in rows if r["launch"] == 0)["payload"]))
     reference = store.load_reference(data["reference_model"], data["reference_probes"])
     return BaselineEvidence(label=data["label"], reference=reference,
                             fidelity_floor=load_fidelity_measurement(store, data["floor_measurement_id"]),
                             suite=store.load_suite_result(data["suite_run_id"]) if data["suite_run_id"] else None,
-                            speed_floor=stored_speed_floor(study), trial_number=data["trial"])
+                            bench=bench, speed_floor=stored_speed_floor(study), trial_number=data["trial"])
 
 
 def stored_speed_floor(study: optuna.Study) -> NoiseFloor | None:
@@ -187,7 +192,8 @@ def stored_speed_floor(study: optuna.Study) -> NoiseFloor | None:
     return NoiseFloor(rel_diff=tuple(sorted(data.items()))) if data else None
 
 
-def wait_for_baseline(trial: optuna.Trial, *, store: EvalStore, baseline_params: Callable[[], dict]) -> BaselineEvidence:
+def wait_for_baseline(trial: optuna.Trial, *, store: EvalStore, db: ResultsDB, study_name: str,
+                      baseline_params: Callable[[], dict]) -> BaselineEvidence:
     """Candidates are judged against the baseline's evidence; another worker may still be making it.
 
     Where no worker is measuring it, the baseline is enqueued (unless it waits already), then this
@@ -195,7 +201,7 @@ def wait_for_baseline(trial: optuna.Trial, *, store: EvalStore, baseline_params:
     """
     study = trial.study
     while True:
-        evidence = load_baseline(study, store)
+        evidence = load_baseline(study, store, db, study_name)
         if evidence is not None:
             return evidence
         optuna.storages.fail_stale_trials(study)  # a baseline whose worker was killed is retried
@@ -204,5 +210,6 @@ def wait_for_baseline(trial: optuna.Trial, *, store: EvalStore, baseline_params:
             if optuna.trial.TrialState.WAITING not in states:
                 study.enqueue_trial(baseline_params(), user_attrs={"role": "baseline"})
             study.enqueue_trial(trial.params, user_attrs={"role": "candidate", "deferred_from": trial.number})
+            log.info("trial %d deferred: the baseline runs first, then this configuration", trial.number)
             raise BaselineNotReady(f"trial {trial.number} deferred: the baseline must run first")
         time.sleep(2.0)  # another worker is measuring the baseline

@@ -18,6 +18,7 @@ from autoresearch.finalists import load_champion
 from autoresearch.minimize import Cost, Minimization
 from autoresearch.plan import RunPlan
 from autoresearch.report import write_report
+from autoresearch.request_time import ranking_label
 from autoresearch.tabbyapi import TabbyExport, expressible_subset, to_tabbyapi
 from eval import EvalStore
 from serving.config import ServingConfig
@@ -29,7 +30,7 @@ def _load(plan: RunPlan) -> optuna.Study:
     try:
         return optuna.load_study(study_name=plan.study_name, storage=plan.storage_url)
     except KeyError as exc:
-        raise StudyError(f"no study {plan.study_name!r} in {plan.storage_url}; run the loop first") from exc
+        raise StudyError(f"no study {plan.study_name!r} in {plan.storage_label}; run the loop first") from exc
 
 
 def _exported_config(study: optuna.Study, champion: dict, *, full: bool) -> tuple[ServingConfig, str, Minimization | None]:
@@ -62,7 +63,8 @@ def export_champion(plan: RunPlan, out: Path | None, *, fmt: str = "serving", fu
     out = out or Path("champion.json")
     out.write_text(config.to_json() + "\n")
     print(f"wrote {out}: {who}, decode {champion['decode_tok_per_s']:.2f} tok/s, prefill "
-          f"{champion['prefill_tok_per_s']:.1f} tok/s ({champion['speedup']:.3f}x the baseline, as confirmed)")
+          f"{champion['prefill_tok_per_s']:.1f} tok/s ({champion['speedup']:.3f}x the baseline as confirmed, by "
+          f"{ranking_label(champion.get('ranked_by'))})")
     print(f"serve it:\n  python -m serving --model {plan.model.path} --config {out}")
     return 0
 

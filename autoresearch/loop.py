@@ -11,19 +11,23 @@ import logging
 import optuna
 
 from autoresearch.db import ResultsDB
-from autoresearch.errors import BaselineFailed, BaselineNotReady, ConfirmedElsewhere
+from autoresearch.errors import BaselineFailed, BaselineNotReady, ConfirmedElsewhere, PlanError
 from autoresearch.finalists import confirm_finalists, feasible_front
-from autoresearch.objectives import speedup_score
+from autoresearch.logs import log_to_file
 from autoresearch.plan import RunPlan
+from autoresearch.preflight import preflight
 from autoresearch.progress import Progress
+from autoresearch.ranking import Ranking
 from autoresearch.report import write_report
+from autoresearch.request_time import RANKED_BY
 from autoresearch.servers import reap_orphan_servers
-from autoresearch.study import open_study
+from autoresearch.study import check_enqueued, open_study
 from autoresearch.trial import TrialRunner
 from eval import EvalStore
 from search_space import SpaceContext, build_space, read_model_info
+from search_space.errors import SpaceError
 
-__all__ = ["counted_trials", "run"]
+__all__ = ["best_line", "counted_trials", "run"]
 
 log = logging.getLogger(__name__)
 _COUNTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -33,29 +37,54 @@ def counted_trials(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=_COUNTED))
 
 
-def _best_line(study: optuna.Study) -> str:
+def best_line(study: optuna.Study) -> str:
     trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     baseline = next((t for t in trials if t.user_attrs.get("role") == "baseline"), None)
     if baseline is None:
         return "baseline not measured yet"
     front = [t for t in feasible_front(study) if t.user_attrs.get("role") != "baseline"]
+    line = f"baseline (decode {baseline.values[0]:.1f}, prefill {baseline.values[1]:.0f} tok/s)"
     if not front:
-        return f"baseline (decode {baseline.values[0]:.1f}, prefill {baseline.values[1]:.0f} tok/s)"
-    best = max(front, key=lambda t: speedup_score(tuple(t.values), tuple(baseline.values)))
-    score = speedup_score(tuple(best.values), tuple(baseline.values))
-    return f"trial {best.number}: decode {best.values[0]:.1f}, prefill {best.values[1]:.0f} tok/s ({score:.3f}x)"
+        return line
+    ranking = Ranking.of(study)
+    ranked = ranking.rank(front, baseline)
+    if not ranked:
+        return f"{line}; no front member could be ranked (see the warnings)"
+    score, best = ranked[0]
+    scalar = "request time" if ranking.ranked_by == RANKED_BY else "geometric mean"
+    if score <= 1.0:  # on the front by one objective, slower overall: the baseline is still the best
+        return f"{line}; no candidate faster yet (closest: trial {best.number} at {score:.3f}x by {scalar})"
+    return (f"trial {best.number}: decode {best.values[0]:.1f}, prefill {best.values[1]:.0f} tok/s "
+            f"({score:.3f}x by {scalar})")
+
+
+def _speedups(champion) -> str:
+    if champion.ranked_by != RANKED_BY:
+        return f"speed-up {champion.speedup:.3f}x (geometric mean of decode and prefill)"
+    return (f"request time {champion.speedup:.3f}x faster (decode {champion.decode_speedup:.3f}x, prefill "
+            f"{champion.prefill_speedup:.3f}x)")
 
 
 def run(plan: RunPlan) -> int:
+    draft = read_model_info(plan.draft_model.path) if plan.draft_model is not None else None
+    try:
+        space = build_space(SpaceContext(engine=plan.engine, model=read_model_info(plan.model.path),
+                                         draft_model=draft), pinned=plan.pinned)
+    except SpaceError as exc:  # a --pin mistake: a usage error, found before anything is created
+        raise PlanError(f"--pin: {exc}") from exc
+    check_enqueued(plan, space)
+    preflight(plan)
     plan.study_dir.mkdir(parents=True, exist_ok=True)
+    with log_to_file(plan.study_dir / "loop.log"):
+        return _run(plan, space)
+
+
+def _run(plan: RunPlan, space) -> int:
     db = ResultsDB(plan.storage_url)  # first: creates the file and switches SQLite to WAL
     store = EvalStore(plan.storage_url)
     stopped = reap_orphan_servers(plan.study_dir / "servers")
     if stopped:
         log.warning("stopped %d server(s) left running by a killed loop", stopped)
-    draft = read_model_info(plan.draft_model.path) if plan.draft_model is not None else None
-    space = build_space(SpaceContext(engine=plan.engine, model=read_model_info(plan.model.path), draft_model=draft),
-                        pinned=plan.pinned)
     study = open_study(plan, space)
     log.info("study %s in %s: %d trials so far; search space of %s configurations", plan.study_name,
              plan.storage_url, len(study.trials), space.size())
@@ -63,13 +92,17 @@ def run(plan: RunPlan) -> int:
         runner = TrialRunner(plan, space, db, store, progress)
 
         def after_trial(study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
-            progress.trial_finished(counted_trials(study), _best_line(study))
+            progress.trial_finished(counted_trials(study), best_line(study))
             write_report(plan, study, db, store)
 
         callbacks = [after_trial]
         if plan.trials is not None:
             callbacks.insert(0, optuna.study.MaxTrialsCallback(plan.trials, states=_COUNTED))
         remaining = None if plan.trials is None else plan.trials - counted_trials(study)
+        if remaining is not None and remaining <= 0:
+            log.info("study %s is finished: it has %d trials (--trials %d); to extend it, run the same command "
+                     "with --trials N, N > %d", plan.study_name, counted_trials(study), plan.trials,
+                     counted_trials(study))
         if remaining is None or remaining > 0:
             try:
                 study.optimize(runner, n_trials=None, timeout=plan.hours * 3600 if plan.hours else None,
@@ -90,6 +123,6 @@ def run(plan: RunPlan) -> int:
         return 1
     who = "the baseline (no candidate confirmed faster)" if champion.is_baseline else f"trial {champion.trial}"
     print(f"champion: {who}; decode {champion.decode_tok_per_s:.2f} tok/s, prefill {champion.prefill_tok_per_s:.1f} "
-          f"tok/s, speed-up {champion.speedup:.3f}x")
+          f"tok/s, {_speedups(champion)}")
     print(f"results: {plan.results_md}")
     return 0

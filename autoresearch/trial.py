@@ -40,6 +40,8 @@ from autoresearch.outcome import TrialOutcome
 from autoresearch.plan import RunPlan, worker_name
 from autoresearch.progress import Progress
 from autoresearch.provenance import record_provenance, server_info
+from autoresearch.ranking import RATES, REQUEST_SPEEDUP, objective_rates, save_request_mix
+from autoresearch.request_time import RequestMix
 from autoresearch.servers import serve
 from autoresearch.study import CONSTRAINTS, baseline_trial_params
 from bench import BenchError, BenchResult, noise_floor, run_bench
@@ -76,10 +78,13 @@ DUPLICATE_POLL_S = 0.2  # how often a trial looks again at a lower-numbered one 
 
 @dataclass
 class _Record:
-    """What a trial learned; written to user_attrs and constraints once, when the trial ends (`close`)."""
+    """What a trial learned; written to user_attrs and constraints once, when the trial ends (`close`).
+
+    Only what was measured is recorded: a duplicate records no constraint, a trial stopped at the
+    fidelity gate none for the tasks it never ran (`study.feasible` wants every one, satisfied)."""
 
     trial: optuna.Trial
-    constraints: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CONSTRAINTS, VIOLATED))
+    constraints: dict[str, float] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
     outcome: TrialOutcome | None = None  # set by the stage that ends the trial
 
@@ -106,6 +111,13 @@ class _Record:
         self.trial.set_user_attr("reasons", self.reasons)
 
 
+def _record_request_time(trial: optuna.Trial, result: BenchResult, baseline: BenchResult) -> None:
+    """The trial's rates and its request-time speed-up over the baseline's search launch (the dashboard's number)."""
+    rates = objective_rates(result)
+    trial.set_user_attr(RATES, rates)
+    trial.set_user_attr(REQUEST_SPEEDUP, RequestMix.from_bench(baseline).speedup(objective_rates(baseline), rates))
+
+
 class TrialRunner:
     """The Optuna objective. One per loop process; holds the run's shared state."""
 
@@ -124,6 +136,13 @@ class TrialRunner:
     # ---- the objective ----
 
     def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
+        try:
+            return self._run(trial)
+        except KeyboardInterrupt:  # Ctrl-C: the loop's next run retries this trial (study.retry_interrupted)
+            trial.set_user_attr("interrupted_in", trial.number)
+            raise
+
+    def _run(self, trial: optuna.Trial) -> tuple[float, float]:
         config = sample_config(trial, self.space)
         role = trial.user_attrs.get("role", "candidate")
         trial.set_user_attr("role", role)
@@ -160,7 +179,8 @@ class TrialRunner:
                 record.constraints["launch_ok"] = OK
                 self._stage(record, "bench")
                 try:
-                    decode, prefill = objectives_from_bench(self._bench(trial, config, server))
+                    result = self._bench(trial, config, server)
+                    decode, prefill = objectives_from_bench(result)
                 except Unmeasured as exc:
                     failure = self._server_failure(server)
                     if failure:  # its runs failed because the server died: a crash, not a slow config
@@ -170,6 +190,7 @@ class TrialRunner:
                 record.constraints["measured"] = OK
                 trial.set_user_attr("decode_tok_per_s", decode)
                 trial.set_user_attr("prefill_tok_per_s", prefill)
+                _record_request_time(trial, result, baseline.bench)
                 better = dominated_by(trial.study, (decode, prefill), margin_rel=self._dominance_margin(baseline))
                 if better is not None:
                     record.reasons.append(f"clearly slower than trial {better} on both objectives")
@@ -236,9 +257,8 @@ class TrialRunner:
             return record.end(TrialOutcome.PASSED, (decode, prefill))
         for reason in decision.reasons:
             record.reasons.append(reason)
-        if decision.failed_stage == "fidelity":
-            record.constraints["fidelity"] = VIOLATED
-        record.constraints["tasks"] = VIOLATED
+        # the stage that failed; the tasks never ran where fidelity failed
+        record.constraints["fidelity" if decision.failed_stage == "fidelity" else "tasks"] = VIOLATED
         return record.end(TrialOutcome.gate_failed(decision.failed_stage), (decode, prefill))
 
     def _dominance_margin(self, baseline: BaselineEvidence) -> float:
@@ -301,8 +321,12 @@ class TrialRunner:
             raise BaselineFailed(record.reasons[-1], constraint=constraint, outcome=TrialOutcome.EVAL_ERROR) from exc
         (decode, prefill, bench), (*_, bench2) = run.measured
         evidence = BaselineEvidence(label=label, reference=run.reference, fidelity_floor=run.fidelity_floor,
-                                    suite=run.suite, speed_floor=noise_floor(bench.samples(), bench2.samples()),
+                                    suite=run.suite, bench=bench,
+                                    speed_floor=noise_floor(bench.samples(), bench2.samples()),
                                     trial_number=trial.number)
+        trial.set_user_attr(RATES, objective_rates(bench))
+        trial.set_user_attr(REQUEST_SPEEDUP, 1.0)
+        save_request_mix(trial.study, RequestMix.from_bench(bench))  # before the evidence: candidates wait on that
         save_baseline(trial.study, evidence)
         self._measure(trial, config, "fidelity", {"measurement_id": run.fidelity_floor.measurement_id,
                                                   "metrics": run.fidelity_floor.metrics, "role": "noise_floor"})
@@ -311,7 +335,7 @@ class TrialRunner:
 
     def _wait_for_baseline(self, trial: optuna.Trial) -> BaselineEvidence:
         self._stage_name(trial, "waiting for the baseline")
-        return wait_for_baseline(trial, store=self.store,
+        return wait_for_baseline(trial, store=self.store, db=self.db, study_name=self.plan.study_name,
                                  baseline_params=lambda: baseline_trial_params(self.plan, self.space))
 
     # ---- stages ----

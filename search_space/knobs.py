@@ -30,7 +30,6 @@ __all__ = [
     "SpaceContext",
     "TransformersArg",
     "When",
-    "all_of",
     "knob_is",
     "on_context",
 ]
@@ -103,14 +102,6 @@ def knob_is(name: str, *allowed: Any) -> When:
     )
 
 
-def all_of(*conditions: When) -> When:
-    return When(
-        " and ".join(c.description for c in conditions),
-        lambda ctx, values: all(c.holds(ctx, values) for c in conditions),
-        frozenset().union(*(c.depends_on for c in conditions)),
-    )
-
-
 @dataclass(frozen=True)
 class ExlArg:
     """An Exl3Args field, passed by the exllamav3 engine to each (callable, keyword) in `targets`."""
@@ -174,6 +165,10 @@ class Knob:
         default=None, repr=False, compare=False
     )
     note: str = ""
+    # Values a study tries first, one change each after the baseline, before the sampler combines knobs
+    # (SearchSpace.levers): the settings known to move a rate on their own (drafting, prefill chunks),
+    # so that a short study measures them instead of waiting for a random draw to reach them
+    levers: tuple[Any, ...] = ()
 
     @property
     def depends_on(self) -> frozenset[str]:

@@ -27,6 +27,7 @@ from bench import NoiseFloor
 from eval import EvalStore
 from eval.fidelity import load_fidelity_measurement
 from eval.records import FidelityMetrics, ProbeReference, ProbeScores, Reference
+from results import to_jsonable
 from search_space import (
     SearchSpace,
     SpaceContext,
@@ -36,6 +37,8 @@ from search_space import (
     sample_config,
 )
 from serving.synthetic.exl3 import QWEN38_27B, write_exl3_checkpoint
+
+from .fakes import bench_result
 
 GIB = 1024**3
 SMALL = {**QWEN38_27B, "num_hidden_layers": 4, "vocab_size": 4096, "hidden_size": 1024, "intermediate_size": 2048,
@@ -119,9 +122,12 @@ class StageEnv:
         floor_id = self.store.save_measurement(reference_id=reference_id, role="noise_floor", label="baseline#2",
                                                metrics=_floor_metrics(), per_probe=[{"probe_id": "p0"}],
                                                elapsed_s=1.5, server={})
+        bench = bench_result(self.plan.bench_plan, *values)
+        self.db.add_measurement(study=self.plan.study_name, trial=number, kind="bench", config_digest=self.digest(),
+                                payload=to_jsonable(bench.to_dict()))
         save_baseline(self.study, BaselineEvidence(
             label="stages:baseline", reference=dataclasses.replace(reference, reference_id=reference_id),
-            fidelity_floor=load_fidelity_measurement(self.store, floor_id), suite=None,
+            fidelity_floor=load_fidelity_measurement(self.store, floor_id), suite=None, bench=bench,
             speed_floor=NoiseFloor(rel_diff=tuple(sorted((floor or {}).items()))) if floor else None,
             trial_number=number))
         return number

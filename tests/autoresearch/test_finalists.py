@@ -11,14 +11,10 @@ import optuna
 import pytest
 from sqlalchemy import update
 
-from autoresearch.finalists import (
-    ConfirmedElsewhere,
-    choose_finalists,
-    confirm_finalists,
-    load_champion,
-    settled_trials,
-)
+from autoresearch.errors import ConfirmedElsewhere
+from autoresearch.finalists import confirm_finalists, load_champion, select_finalists, settled_trials
 from autoresearch.plan import worker_name
+from autoresearch.ranking import Ranking
 from bench import noise_floor
 from results.schema import claims
 
@@ -35,10 +31,10 @@ def env(tmp_path, small_model) -> StageEnv:
 
 
 def test_only_front_members_faster_than_the_baseline_are_finalists(env):
-    env.add_trial(None, (100.0, 1000.0), role="baseline")
+    baseline = env.add_trial(None, (100.0, 1000.0), role="baseline")
     lopsided = env.add_trial(SLOW, (120.0, 500.0))  # on the front (fastest decode), but 0.77x overall
     faster = env.add_trial(FAST, (110.0, 1100.0))
-    chosen = choose_finalists(env.study, (100.0, 1000.0), 2)
+    chosen = select_finalists(env.study, Ranking.of(env.study), env.study.get_trials()[baseline], 2)
     assert [t.number for t in chosen] == [faster]
     assert lopsided in {t.number for t in env.study.best_trials}
 

@@ -9,7 +9,7 @@ import pytest
 from autoresearch.baseline import load_baseline
 from autoresearch.objectives import NOT_MEASURED
 from autoresearch.outcome import TrialOutcome
-from autoresearch.study import CONSTRAINTS, constraints_of
+from autoresearch.study import CONSTRAINTS, feasible
 from bench.metrics import Metric
 from serving.errors import OutOfMemoryAtLoad, ServerCrashed
 
@@ -39,7 +39,7 @@ def test_a_measured_candidate_goes_on_to_fidelity_with_its_speeds(env, monkeypat
     # the fake server answers nothing: fidelity cannot be measured, and the trial says so
     assert TrialOutcome.of(trial) is TrialOutcome.FIDELITY_ERROR and trial.state == optuna.trial.TrialState.COMPLETE
     assert trial.values == pytest.approx([120.0, 1100.0])
-    assert constraints(trial) == {"fits": -1.0, "launch_ok": -1.0, "measured": -1.0, "fidelity": 1.0, "tasks": 1.0}
+    assert trial.constraints == {"fits": -1.0, "launch_ok": -1.0, "measured": -1.0, "fidelity": 1.0}
 
 
 def test_a_candidate_within_the_speed_noise_floor_of_a_front_member_is_not_stopped_early(env, monkeypatch):
@@ -71,10 +71,7 @@ def test_a_configuration_that_cannot_fit_is_never_launched(tmp_path, small_model
     trial = env.run(FAST_CHUNK)
     assert TrialOutcome.of(trial) is TrialOutcome.INFEASIBLE and trial.values == list(NOT_MEASURED)
     assert "exceeds the usable" in trial.user_attrs["reasons"][0] and launcher.launches == []
-    # constraints it never reached are violated, not satisfied: nothing was shown of them
-    assert constraints(trial) == {"fits": pytest.approx(constraints(trial)["fits"]), "launch_ok": 1.0,
-                                  "measured": 1.0, "fidelity": 1.0, "tasks": 1.0}
-    assert constraints(trial)["fits"] > 0
+    assert trial.constraints.keys() == {"fits"} and trial.constraints["fits"] > 0  # only what was measured
 
 
 def test_a_launch_failure_is_a_completed_trial_with_its_reason(env, monkeypatch):
@@ -101,15 +98,16 @@ def test_an_unmeasured_point_or_a_dead_server_gives_no_speed(env, monkeypatch):
     assert TrialOutcome.of(dead) is TrialOutcome.CRASHED and constraints(dead)["launch_ok"] > 0
 
 
-def test_an_unset_constraint_counts_as_violated():
-    partial = optuna.trial.create_trial(values=[1.0, 1.0], constraints={"fits": -1.0, "launch_ok": -1.0})
-    assert constraints_of(partial) == [-1.0, -1.0, 1.0, 1.0, 1.0]
-    assert len(CONSTRAINTS) == 5
+def test_a_trial_missing_a_constraint_is_not_feasible():
+    """Only what was measured is recorded (a trial the fidelity gate stopped has no `tasks`): one unset
+    never counts as satisfied."""
+    partial = optuna.trial.create_trial(values=[1.0, 1.0], constraints=dict.fromkeys(CONSTRAINTS[:-1], -1.0))
+    assert not feasible(partial)
+    assert feasible(optuna.trial.create_trial(values=[1.0, 1.0], constraints=dict.fromkeys(CONSTRAINTS, -1.0)))
 
 
 def test_the_baseline_evidence_loads_the_noise_floor_as_it_was_measured(env):
     env.baseline_done()
-    evidence = load_baseline(env.study, env.store)
+    evidence = load_baseline(env.study, env.store, env.db, "stages")
     assert evidence.fidelity_floor.elapsed_s == 1.5  # stored with it, not a made-up 0.0
     assert evidence.fidelity_floor.per_probe == ({"probe_id": "p0"},)
-    assert not hasattr(evidence, "bench")  # no candidate reads the baseline's bench result back

@@ -14,6 +14,7 @@ from autoresearch.db import ResultsDB
 from autoresearch.errors import BaselineFailed, BaselineNotReady, ConfirmedElsewhere, PlanError
 from autoresearch.finalists import confirm_finalists, feasible_front
 from autoresearch.logs import log_to_file
+from autoresearch.minimal_champion import minimize_champion
 from autoresearch.plan import RunPlan
 from autoresearch.preflight import preflight
 from autoresearch.progress import Progress
@@ -118,6 +119,12 @@ def _run(plan: RunPlan, space) -> int:
             print(f"finalists: {exc}")
             return 0
         write_report(plan, study, db, store)
+        if champion is not None and plan.minimize and not champion.is_baseline:
+            progress.stage("minimizing the champion")
+            minimization = minimize_champion(plan, study, db, champion)
+            write_report(plan, study, db, store)
+            print(f"minimal champion: {len(minimization.kept)} of {len(minimization.changes)} changes kept "
+                  f"({minimization.launches} launches of at most {minimization.bound})")
     if champion is None:
         log.error("no champion decided: the baseline did not complete or could not be re-measured")
         return 1

@@ -110,6 +110,9 @@ class RunPlan:
     heartbeat_s: int = 10
     grace_s: int = 60
     storage_shown: str | None = None  # the database a read-only copy (storage_url) was made of
+    minimize: bool = False  # after confirming a champion, remove its changes that do not keep its speed
+    minimize_launches: int = 2  # fresh launches of each configuration per minimization round
+    minimize_max_launches: int | None = None  # cap on the minimization's launches (None: its own bound)
 
     @property
     def storage_label(self) -> str:
@@ -127,6 +130,8 @@ class RunPlan:
             raise PlanError("give --trials N or --hours H (or both): the loop needs a stopping rule")
         if not re.fullmatch(r"[\w.+-]{1,200}", self.study_name):
             raise PlanError(f"--study {self.study_name!r}: use letters, digits and . _ + - only")
+        if self.minimize_launches < 1 or (self.minimize_max_launches is not None and self.minimize_max_launches < 1):
+            raise PlanError("--minimize-launches and --minimize-max-launches must be >= 1")
         if self.finalists < 1 or self.finalist_launches < 1:
             raise PlanError("--finalists and --finalist-launches must be >= 1")
         named = self.bench_plan.workload["sha256"] if self.bench_plan.workload else None

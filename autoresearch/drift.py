@@ -345,7 +345,7 @@ class DriftWatch:
             with self._serve(config_from_params(self.space, base.params), before_trial) as server:
                 plan = dataclasses.replace(self.plan.bench_plan, salt=secrets.token_hex(4))
                 result = run_bench(plan, Endpoint(url=server.url), workload=self.plan.workload)
-                payload["conditions"] = conditions(server.pid)
+                payload["conditions"] = conditions(getattr(server, "pid", None))
             payload["bench"] = result.to_dict()
             payload["decode"], payload["prefill"] = objectives_from_bench(result)
         except (LaunchError, BenchError, ClientError, Unmeasured) as exc:

@@ -227,7 +227,7 @@ def _launch_and_bench(plan: RunPlan, space: SearchSpace, t: optuna.trial.FrozenT
                    startup_timeout_s=plan.startup_timeout_s) as server:
             result = run_bench(dataclasses.replace(plan.bench_plan, salt=secrets.token_hex(4)), Endpoint(url=server.url),
                                workload=plan.workload)
-            machine = conditions(server.pid)
+            machine = conditions(getattr(server, "pid", None))
     except (LaunchError, BenchError, ClientError) as exc:
         log.warning("finalist trial %d launch %d failed: %s", t.number, launch, exc)
         return None

@@ -399,7 +399,7 @@ class TrialRunner:
             self._measure(trial, config, "bench_error", {"error": str(exc)}, launch=launch)
             raise Unmeasured(f"bench failed: {type(exc).__name__}: {exc}") from exc
         self._measure(trial, config, "bench", result.to_dict(), launch=launch)
-        self._measure(trial, config, "conditions", conditions(server.pid), launch=launch)
+        self._measure(trial, config, "conditions", conditions(getattr(server, "pid", None)), launch=launch)
         info = server_info(server.url)  # after the bench: its peak follows the bench's longest prompts
         record_provenance(self.db, study=self.plan.study_name, trial=trial.number, config=config,
                           model_manifest_hash=self.plan.model.manifest_hash, server_info=info, bench=result)

@@ -4,8 +4,9 @@ The best of many noisy search measurements is biased upward (the optimizer's cur
 repeats do not count here: the top feasible configurations and the baseline are each launched
 `finalist_launches` times, interleaved (baseline, A, B, baseline, A, B, ...), and the champion is
 the finalist that bench's rule calls faster than the baseline on at least one objective point and
-slower on none, ranked by the geometric mean of its two speed-ups (each the median over its
-launches). A launch that left any objective point unmeasured does not count; a finalist that
+slower on none, ranked by the study's one number (autoresearch.ranking: the request-time speed-up,
+or the geometric mean of the two speed-ups in a study stored before it), on each point's median over
+its launches. A launch that left any objective point unmeasured does not count; a finalist that
 cannot be compared on every point is not confirmed. If none qualifies, the baseline stays.
 """
 
@@ -28,6 +29,8 @@ from autoresearch.db import ResultsDB
 from autoresearch.errors import ConfirmedElsewhere, Unmeasured
 from autoresearch.objectives import objective_metrics, objectives_from_bench, speedup_score
 from autoresearch.plan import RunPlan, worker_gone, worker_name
+from autoresearch.ranking import Ranking
+from autoresearch.request_time import GEOMEAN, RANKED_BY, RequestMix, median_headline
 from autoresearch.servers import serve
 from autoresearch.study import feasible
 from bench import BenchError, BenchResult, MissingMetric, NoiseFloor, compare, noise_floor, run_bench
@@ -35,7 +38,8 @@ from openai_client import ClientError, Endpoint
 from search_space import SearchSpace, config_from_params
 from serving.errors import LaunchError
 
-__all__ = ["Champion", "confirm_finalists", "feasible_front", "judge_finalist", "load_champion", "median_objectives"]
+__all__ = ["Champion", "confirm_finalists", "feasible_front", "judge_finalist", "load_champion", "median_objectives",
+           "select_finalists"]
 
 log = logging.getLogger(__name__)
 _CHAMPION = "champion"
@@ -47,8 +51,11 @@ class Champion:
     config: dict
     decode_tok_per_s: float
     prefill_tok_per_s: float
-    speedup: float
+    speedup: float  # by ranked_by: the request-time speed-up (the geometric mean in older studies)
     is_baseline: bool
+    decode_speedup: float | None = None  # each rate's own speed-up, beside it (None: stored before they were)
+    prefill_speedup: float | None = None
+    ranked_by: str = GEOMEAN  # a champion stored before request time ranked was ranked by the geometric mean
 
 
 def feasible_front(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -73,19 +80,19 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
     trials = _after_running_trials(plan, study)
     stored = load_champion(study)
     if stored is not None and stored.get("trials_at") == len(trials):  # decided, and nothing ran since
-        return Champion(**{k: stored[k] for k in Champion.__dataclass_fields__})
+        return Champion(**{k: stored[k] for k in Champion.__dataclass_fields__ if k in stored})
     baseline = next((t for t in trials if t.user_attrs.get("role") == "baseline"
                      and t.state == optuna.trial.TrialState.COMPLETE), None)
     if baseline is None:
         return None
     baseline_values = tuple(baseline.values)
-    front = [t for t in feasible_front(study) if t.user_attrs.get("role") != "baseline"]
-    front.sort(key=lambda t: speedup_score(tuple(t.values), baseline_values), reverse=True)
-    finalists = [t for t in front if speedup_score(tuple(t.values), baseline_values) > 1.0][: plan.finalists]
+    ranking = Ranking.of(study)
+    finalists = select_finalists(study, ranking, baseline, plan.finalists)
     if not finalists:
         champion = Champion(trial=baseline.number, config=baseline.user_attrs["config"],
                             decode_tok_per_s=baseline_values[0], prefill_tok_per_s=baseline_values[1],
-                            speedup=1.0, is_baseline=True)
+                            speedup=1.0, is_baseline=True, decode_speedup=1.0, prefill_speedup=1.0,
+                            ranked_by=ranking.ranked_by)
         study.set_user_attr(_CHAMPION, champion.__dict__ | {"reason": "no feasible candidate was faster in search",
                                                             "trials_at": len(trials)})
         return champion
@@ -98,12 +105,19 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
         raise ConfirmedElsewhere(f"worker {holder} confirms the finalists of these {finished} trials; its "
                                  "RESULTS.md names the champion")
     with db.holding(**claim, interval_s=plan.heartbeat_s) as lost:
-        return _confirm(plan, study, space, db, baseline, finalists, trials, lost)
+        return _confirm(plan, study, space, db, baseline, finalists, trials, lost, ranking)
+
+
+def select_finalists(study: optuna.Study, ranking: Ranking, baseline: optuna.trial.FrozenTrial,
+                     n: int) -> list[optuna.trial.FrozenTrial]:
+    """The n best feasible front members by the study's one number, among those it calls faster than the baseline."""
+    front = [t for t in feasible_front(study) if t.user_attrs.get("role") != "baseline"]
+    return [t for score, t in ranking.rank(front, baseline) if score > 1.0][:n]
 
 
 def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: ResultsDB, baseline: optuna.trial.FrozenTrial,
              finalists: list[optuna.trial.FrozenTrial], trials: list[optuna.trial.FrozenTrial],
-             lost: threading.Event) -> Champion | None:
+             lost: threading.Event, ranking: Ranking) -> Champion | None:
     """The claimed round: fresh launches of the baseline and the finalists, interleaved, then the decision.
 
     Raises:
@@ -140,13 +154,15 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
     best: Champion | None = None
     for t in finalists:
         runs = results[t.number]
-        verdict = judge_finalist(base_runs, runs, floor=floor) if runs else \
+        verdict = judge_finalist(base_runs, runs, floor=floor, mix=ranking.mix) if runs else \
             {"qualified": False, "reason": "no confirmation launch was measured"}
         db.add_finalist(study=plan.study_name, round_=round_, trial=t.number, config_digest=t.user_attrs["config_digest"],
                         decode=verdict.get("decode"), prefill=verdict.get("prefill"), verdict=verdict | where)
         if verdict["qualified"] and (best is None or verdict["speedup"] > best.speedup):
             best = Champion(trial=t.number, config=t.user_attrs["config"], decode_tok_per_s=verdict["decode"],
-                            prefill_tok_per_s=verdict["prefill"], speedup=verdict["speedup"], is_baseline=False)
+                            prefill_tok_per_s=verdict["prefill"], speedup=verdict["speedup"], is_baseline=False,
+                            decode_speedup=verdict["decode_speedup"], prefill_speedup=verdict["prefill_speedup"],
+                            ranked_by=verdict["ranked_by"])
     db.add_finalist(study=plan.study_name, round_=round_, trial=baseline.number,
                     config_digest=baseline.user_attrs["config_digest"], decode=base_values[0], prefill=base_values[1],
                     verdict={"baseline": True, "launches": len(base_runs),
@@ -155,7 +171,8 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
                     | where)
     if best is None:
         best = Champion(trial=baseline.number, config=baseline.user_attrs["config"], decode_tok_per_s=base_values[0],
-                        prefill_tok_per_s=base_values[1], speedup=1.0, is_baseline=True)
+                        prefill_tok_per_s=base_values[1], speedup=1.0, is_baseline=True, decode_speedup=1.0,
+                        prefill_speedup=1.0, ranked_by=ranking.ranked_by)
         reason = "no finalist was confirmed faster than the baseline in fresh launches"
     else:
         launches = "1 fresh launch" if plan.finalist_launches == 1 else f"{plan.finalist_launches} fresh launches"
@@ -212,15 +229,19 @@ def median_objectives(runs: list[BenchResult]) -> tuple[float, float]:
     return statistics.median(v[0] for v in values), statistics.median(v[1] for v in values)
 
 
-def judge_finalist(baseline: list[BenchResult], candidate: list[BenchResult], *, floor: NoiseFloor | None) -> dict:
+def judge_finalist(baseline: list[BenchResult], candidate: list[BenchResult], *, floor: NoiseFloor | None,
+                   mix: RequestMix | None) -> dict:
     """A finalist's verdict against the baseline's launches, as plain JSON data for ar_finalists.
 
     Qualified: called faster on at least one objective point and slower on none by bench's rule,
     with every point compared (one that either side lacks makes the finalist not comparable).
+    Its `speedup` is the request-time speed-up on `mix` (each point's median over the launches), or
+    without a mix (a study ranked by the geometric mean) the geometric mean of the two speed-ups.
     """
     base_values, values = median_objectives(baseline), median_objectives(candidate)
     common = {"decode": values[0], "prefill": values[1], "baseline_values": list(base_values),
-              "launches": len(candidate)}
+              "launches": len(candidate), "decode_speedup": values[0] / base_values[0],
+              "prefill_speedup": values[1] / base_values[1], "ranked_by": GEOMEAN if mix is None else RANKED_BY}
     try:
         comparisons = compare(_pooled(baseline), _pooled(candidate), noise_floor=floor,
                               metrics=objective_metrics(baseline[0]))
@@ -231,7 +252,9 @@ def judge_finalist(baseline: list[BenchResult], candidate: list[BenchResult], *,
     qualified = bool(faster) and not slower
     reason = (f"faster on {', '.join(faster)}" if qualified else
               f"slower on {', '.join(slower)}" if slower else "not called faster on any point")
-    return {**common, "qualified": qualified, "speedup": speedup_score(values, base_values), "reason": reason,
+    speedup = speedup_score(values, base_values) if mix is None else \
+        mix.speedup(median_headline(r.headline() for r in baseline), median_headline(r.headline() for r in candidate))
+    return {**common, "qualified": qualified, "speedup": speedup, "reason": reason,
             "comparisons": [c.to_dict() for c in comparisons]}
 
 

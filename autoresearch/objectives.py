@@ -105,7 +105,8 @@ def _why(key: str, points: dict) -> str:
 
 
 def speedup_score(values: tuple[float, float], baseline: tuple[float, float]) -> float:
-    """One number for ranking the front: the geometric mean of the two speed-ups over the baseline."""
+    """The geometric mean of the two speed-ups over the baseline: the one number of studies stored before
+    request time ranked (autoresearch.ranking), still read for them."""
     if not (min(values) > 0 and min(baseline) > 0 and math.isfinite(sum(values) + sum(baseline))):
         raise ValueError(f"a speed-up needs measured speeds, got {values} against {baseline}")
     return math.sqrt(values[0] / baseline[0] * values[1] / baseline[1])

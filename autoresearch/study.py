@@ -92,6 +92,10 @@ def open_study(plan: RunPlan, space: SearchSpace) -> optuna.Study:
             study.set_user_attr("suite", plan.suite)
             study.set_user_attr("bench_plan", plan.bench_plan.to_dict())
             study.set_metric_names(list(OBJECTIVES))
+            # imported here: autoresearch.ranking reads the objectives, which read this module
+            from autoresearch.ranking import mark_ranked_by_request_time
+
+            mark_ranked_by_request_time(study)  # a study stored before it keeps its geometric mean
         optuna.storages.fail_stale_trials(study)
         retry_interrupted(study)
         # Seeded by how far the study got, so a resumed run does not replay its start-up trials.
@@ -103,6 +107,10 @@ def open_study(plan: RunPlan, space: SearchSpace) -> optuna.Study:
         study.enqueue_trial(baseline, user_attrs={"role": "baseline"}, skip_if_exists=True)
     for params in enqueued:
         study.enqueue_trial(params, user_attrs={"role": "candidate", "enqueued": True}, skip_if_exists=True)
+    if plan.levers:  # after the user's: what the catalog knows moves a rate on its own, before TPE combines
+        for lever in space.levers(plan.baseline_changes):
+            params = params_with(space, {**plan.baseline_changes, **lever}, flag="a lever")
+            study.enqueue_trial(params, user_attrs={"role": "candidate", "lever": lever}, skip_if_exists=True)
     return study
 
 

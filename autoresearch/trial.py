@@ -35,6 +35,8 @@ from autoresearch.objectives import NOT_MEASURED, dominated_by, objectives_from_
 from autoresearch.plan import RunPlan, worker_name
 from autoresearch.progress import Progress
 from autoresearch.provenance import record_provenance, server_info
+from autoresearch.ranking import RATES, REQUEST_SPEEDUP, objective_rates, save_request_mix
+from autoresearch.request_time import RequestMix
 from autoresearch.servers import serve
 from autoresearch.study import CONSTRAINTS, baseline_trial_params
 from bench import BenchError, BenchResult, noise_floor, run_bench
@@ -93,6 +95,13 @@ class _Record:
         # system attr "constraints", the one optuna-dashboard 0.21 draws (not a user attr).
         self.trial.set_user_attr("outcome", outcome)
         self.trial.set_user_attr("reasons", self.reasons)
+
+
+def _record_request_time(trial: optuna.Trial, result: BenchResult, baseline: BenchResult) -> None:
+    """The trial's rates and its request-time speed-up over the baseline's search launch (the dashboard's number)."""
+    rates = objective_rates(result)
+    trial.set_user_attr(RATES, rates)
+    trial.set_user_attr(REQUEST_SPEEDUP, RequestMix.from_bench(baseline).speedup(objective_rates(baseline), rates))
 
 
 class TrialRunner:
@@ -157,7 +166,8 @@ class TrialRunner:
                 record.constraints["launch_ok"] = OK
                 self._stage(record, "bench")
                 try:
-                    decode, prefill = objectives_from_bench(self._bench(trial, config, server))
+                    result = self._bench(trial, config, server)
+                    decode, prefill = objectives_from_bench(result)
                 except Unmeasured as exc:
                     failure = self._server_failure(server)
                     if failure:  # its runs failed because the server died: a crash, not a slow config
@@ -168,6 +178,7 @@ class TrialRunner:
                 record.constraints["measured"] = OK
                 trial.set_user_attr("decode_tok_per_s", decode)
                 trial.set_user_attr("prefill_tok_per_s", prefill)
+                _record_request_time(trial, result, baseline.bench)
                 better = dominated_by(trial.study, (decode, prefill), margin_rel=self._dominance_margin(baseline))
                 if better is not None:
                     record.reasons.append(f"clearly slower than trial {better} on both objectives")
@@ -282,6 +293,9 @@ class TrialRunner:
         evidence = BaselineEvidence(label=label, reference=run.reference, fidelity_floor=run.fidelity_floor,
                                     suite=run.suite, bench=bench, speed_floor=noise_floor(bench.samples(), bench2.samples()),
                                     trial_number=trial.number)
+        trial.set_user_attr(RATES, objective_rates(bench))
+        trial.set_user_attr(REQUEST_SPEEDUP, 1.0)
+        save_request_mix(trial.study, RequestMix.from_bench(bench))  # before the evidence: candidates wait on that
         save_baseline(trial.study, evidence)
         self._measure(trial, config, "fidelity", {"measurement_id": run.fidelity_floor.measurement_id,
                                                   "metrics": run.fidelity_floor.metrics, "role": "noise_floor"})

@@ -11,7 +11,7 @@ import logging
 import optuna
 
 from autoresearch.db import ResultsDB
-from autoresearch.errors import BaselineNotReady, BaselineUnmeasured, ConfirmedElsewhere, PlanError
+from autoresearch.errors import BaselineFailed, BaselineNotReady, ConfirmedElsewhere, PlanError
 from autoresearch.finalists import confirm_finalists, feasible_front
 from autoresearch.logs import log_to_file
 from autoresearch.minimal_champion import minimize_champion
@@ -108,7 +108,7 @@ def _run(plan: RunPlan, space) -> int:
             try:
                 study.optimize(runner, n_trials=None, timeout=plan.hours * 3600 if plan.hours else None,
                                callbacks=callbacks, catch=(BaselineNotReady,), gc_after_trial=True)
-            except BaselineUnmeasured:
+            except BaselineFailed:
                 write_report(plan, study, db, store)  # it says why the study stopped
                 raise
         progress.stage("confirming finalists")

@@ -143,8 +143,33 @@ class RunPlan:
         return self.workdir / self.study_name
 
     @property
+    def measured_settings(self) -> dict[str, object]:
+        """Settings that change what a trial measures, by the flag that sets them: a resumed study refuses
+        any change of them (autoresearch.study), naming the flag, the stored value and the new one.
+
+        In the key instead (the study's identity: model, engine, suite, bench plan and workload, objective
+        definition, baseline, gate, drafter). Neither: what only decides which trials run next or how
+        long (--trials, --hours, --seed, --enqueue, --port, --finalists, --finalist-launches, --heartbeat,
+        --grace, the startup timeout). --pin changes the baseline and the search space; --vram and
+        --emulate-vram which configurations fit and what a server may use; --host-memory-limit the same
+        for the CPU engine; the probe set the fidelity reference; the suite flags the tasks the baseline
+        answered (concurrency too: batching can change the numerics)."""
+        overrides = self.suite_overrides
+        return {
+            "--pin": dict(sorted(self.pinned.items())),
+            "--vram": self.vram_bytes,
+            "--emulate-vram": self.emulate_vram,
+            "--host-memory-limit": self.host_memory_limit_bytes,
+            "the probe set": dataclasses.asdict(self.probe_config),
+            "--suite-limit": overrides.get("limit"),
+            "--suite-max-tokens": overrides.get("max_tokens"),
+            "--suite-tasksets": list(overrides["tasksets"]) if overrides.get("tasksets") else None,
+            "--suite-concurrency": overrides.get("max_concurrent"),
+        }
+
+    @property
     def key(self) -> str:
-        """What a resumed run must share with the stored study."""
+        """What a resumed run must share with the stored study: its identity (see `measured_settings`)."""
         text = f"{self.model.manifest_hash}|{self.engine}|{self.suite}|{self.bench_plan.digest}|{OBJECTIVE_DEFINITION}"
         if self.baseline_changes:  # another baseline is another reference: never mix them in one study
             text += "|baseline:" + json.dumps(self.baseline_changes, sort_keys=True)

@@ -18,6 +18,7 @@ from autoresearch.finalists import load_champion
 from autoresearch.minimize import Cost, Minimization
 from autoresearch.plan import RunPlan
 from autoresearch.report import write_report
+from autoresearch.request_time import ranking_label
 from autoresearch.tabbyapi import TabbyExport, expressible_subset, to_tabbyapi
 from eval import EvalStore
 from serving.config import ServingConfig
@@ -62,7 +63,8 @@ def export_champion(plan: RunPlan, out: Path | None, *, fmt: str = "serving", fu
     out = out or Path("champion.json")
     out.write_text(config.to_json() + "\n")
     print(f"wrote {out}: {who}, decode {champion['decode_tok_per_s']:.2f} tok/s, prefill "
-          f"{champion['prefill_tok_per_s']:.1f} tok/s ({champion['speedup']:.3f}x the baseline, as confirmed)")
+          f"{champion['prefill_tok_per_s']:.1f} tok/s ({champion['speedup']:.3f}x the baseline as confirmed, by "
+          f"{ranking_label(champion.get('ranked_by'))})")
     print(f"serve it:\n  python -m serving --model {plan.model.path} --config {out}")
     return 0
 
@@ -113,6 +115,9 @@ def _not_expressed(export: TabbyExport, config: ServingConfig, minimization: Min
         lines.append(f"Measured against the champion ({cost.launches} fresh launches each, interleaved): request time "
                      f"{signed_change(cost.request, time=True)}, decode {signed_change(cost.decode)}, prefill "
                      f"{signed_change(cost.prefill)}; bench's verdict: {cost.verdict}.")
+    elif measured.get("digest"):
+        lines.append(f"Its speed has not been measured: the minimization measured the subset of the minimal champion "
+                     f"(`{measured['digest'][:12]}`), which export writes without --full-champion once it passed the gate.")
     else:
         lines.append("Its speed has not been measured: the minimization measures it when the minimal champion has "
                      "settings TabbyAPI cannot express.")

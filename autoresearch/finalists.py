@@ -4,8 +4,9 @@ The best of many noisy search measurements is biased upward (the optimizer's cur
 repeats do not count here: the top feasible configurations and the baseline are each launched
 `finalist_launches` times, interleaved (baseline, A, B, baseline, A, B, ...), and the champion is
 the finalist that bench's rule calls faster than the baseline on at least one objective point and
-slower on none, ranked by the geometric mean of its two speed-ups (each the median over its
-launches). A launch that left any objective point unmeasured does not count; a finalist that
+slower on none, ranked by the study's one number (autoresearch.ranking: the request-time speed-up,
+or the geometric mean of the two speed-ups in a study stored before it), on each point's median over
+its launches. A launch that left any objective point unmeasured does not count; a finalist that
 cannot be compared on every point is not confirmed. If none qualifies, the baseline stays.
 """
 
@@ -28,6 +29,8 @@ from autoresearch.db import ResultsDB
 from autoresearch.errors import ConfirmedElsewhere, Unmeasured
 from autoresearch.objectives import objective_metrics, objectives_from_bench, speedup_score
 from autoresearch.plan import RunPlan, worker_gone, worker_name
+from autoresearch.ranking import Ranking
+from autoresearch.request_time import GEOMEAN, RANKED_BY, RequestMix, median_headline
 from autoresearch.servers import serve
 from autoresearch.study import feasible
 from bench import BenchError, BenchResult, MissingMetric, NoiseFloor, compare, noise_floor, run_bench
@@ -35,7 +38,8 @@ from openai_client import ClientError, Endpoint
 from search_space import SearchSpace, config_from_params
 from serving.errors import LaunchError
 
-__all__ = ["Champion", "confirm_finalists", "feasible_front", "judge_finalist", "load_champion", "median_objectives"]
+__all__ = ["Champion", "confirm_finalists", "feasible_front", "judge_finalist", "load_champion", "median_objectives",
+           "select_finalists", "settled_trials"]
 
 log = logging.getLogger(__name__)
 _CHAMPION = "champion"
@@ -47,8 +51,11 @@ class Champion:
     config: dict
     decode_tok_per_s: float
     prefill_tok_per_s: float
-    speedup: float
+    speedup: float  # by ranked_by: the request-time speed-up (the geometric mean in older studies)
     is_baseline: bool
+    decode_speedup: float | None = None  # each rate's own speed-up, beside it (None: stored before they were)
+    prefill_speedup: float | None = None
+    ranked_by: str = GEOMEAN  # a champion stored before request time ranked was ranked by the geometric mean
 
 
 def feasible_front(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -70,22 +77,22 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
     Raises:
         ConfirmedElsewhere: another worker of the study confirms these same finished trials.
     """
-    trials = _after_running_trials(plan, study)
+    trials = settled_trials(study, poll_s=plan.heartbeat_s)
     stored = load_champion(study)
     if stored is not None and stored.get("trials_at") == len(trials):  # decided, and nothing ran since
-        return Champion(**{k: stored[k] for k in Champion.__dataclass_fields__})
+        return Champion(**{k: stored[k] for k in Champion.__dataclass_fields__ if k in stored})
     baseline = next((t for t in trials if t.user_attrs.get("role") == "baseline"
                      and t.state == optuna.trial.TrialState.COMPLETE), None)
     if baseline is None:
         return None
     baseline_values = tuple(baseline.values)
-    front = [t for t in feasible_front(study) if t.user_attrs.get("role") != "baseline"]
-    front.sort(key=lambda t: speedup_score(tuple(t.values), baseline_values), reverse=True)
-    finalists = [t for t in front if speedup_score(tuple(t.values), baseline_values) > 1.0][: plan.finalists]
+    ranking = Ranking.of(study)
+    finalists = select_finalists(study, ranking, baseline, plan.finalists)
     if not finalists:
         champion = Champion(trial=baseline.number, config=baseline.user_attrs["config"],
                             decode_tok_per_s=baseline_values[0], prefill_tok_per_s=baseline_values[1],
-                            speedup=1.0, is_baseline=True)
+                            speedup=1.0, is_baseline=True, decode_speedup=1.0, prefill_speedup=1.0,
+                            ranked_by=ranking.ranked_by)
         study.set_user_attr(_CHAMPION, champion.__dict__ | {"reason": "no feasible candidate was faster in search",
                                                             "trials_at": len(trials)})
         return champion
@@ -97,18 +104,26 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
     if holder is not None:  # several workers end together: one confirms, on its own GPU
         raise ConfirmedElsewhere(f"worker {holder} confirms the finalists of these {finished} trials; its "
                                  "RESULTS.md names the champion")
-    with db.holding(**claim, interval_s=plan.heartbeat_s) as lost:
-        return _confirm(plan, study, space, db, baseline, finalists, trials, lost)
+    with db.holding(**claim, interval_s=plan.heartbeat_s, grace_s=plan.grace_s) as lost:
+        return _confirm(plan, study, space, db, baseline, finalists, trials, lost, ranking, claim)
+
+
+def select_finalists(study: optuna.Study, ranking: Ranking, baseline: optuna.trial.FrozenTrial,
+                     n: int) -> list[optuna.trial.FrozenTrial]:
+    """The n best feasible front members by the study's one number, among those it calls faster than the baseline."""
+    front = [t for t in feasible_front(study) if t.user_attrs.get("role") != "baseline"]
+    return [t for score, t in ranking.rank(front, baseline) if score > 1.0][:n]
 
 
 def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: ResultsDB, baseline: optuna.trial.FrozenTrial,
              finalists: list[optuna.trial.FrozenTrial], trials: list[optuna.trial.FrozenTrial],
-             lost: threading.Event) -> Champion | None:
-    """The claimed round: fresh launches of the baseline and the finalists, interleaved, then the decision.
+             lost: threading.Event, ranking: Ranking, claim: dict) -> Champion | None:
+    """The claimed round: fresh launches of the baseline and the finalists, interleaved, then the decision,
+    written in the transaction that checks the claim is still this worker's (ResultsDB.finish).
 
     Raises:
         ConfirmedElsewhere: the claim was taken over while the launches ran (this worker's heartbeat
-            stalled past the grace period); the other worker's round decides, not this one.
+            stalled, or could not reach the database, past the grace period); the other worker decides.
     """
     # a round cut short (the confirming worker killed) left launches but no decision: the next is a new round
     launched = (r["payload"]["round"] for r in db.measurements(study=plan.study_name, kind="finalist_bench"))
@@ -121,15 +136,22 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
             if result is not None:
                 results[t.number].append(result)
 
+    taken_over = ConfirmedElsewhere(f"the claim to confirm round {round_} was taken over while it ran (no "
+                                    f"heartbeat for over {plan.grace_s} s); the worker that took it decides")
     if lost.is_set():
-        raise ConfirmedElsewhere(f"the claim to confirm round {round_} was taken over while it ran (no heartbeat "
-                                 f"for over {plan.grace_s} s); the worker that took it decides")
+        raise taken_over
+    rows: list[dict] = []
+
+    def add_finalist(**row) -> None:
+        rows.append({"round_": round_, **row})
+
     base_runs = results[baseline.number]
     if not base_runs:
         log.error("the baseline could not be measured in any confirmation launch; no champion decided")
-        db.add_finalist(study=plan.study_name, round_=round_, trial=baseline.number,
-                        config_digest=baseline.user_attrs["config_digest"], decode=None, prefill=None,
-                        verdict={"baseline": True, "reason": "no confirmation launch of the baseline was measured"})
+        add_finalist(trial=baseline.number, config_digest=baseline.user_attrs["config_digest"], decode=None,
+                     prefill=None, verdict={"baseline": True, "reason": "no confirmation launch of the baseline was measured"})
+        if not db.finish(**claim, finalist_rows=rows):
+            raise taken_over
         return None
     # launch-to-launch noise: from these launches when there are two, else from the search's baseline
     floor = noise_floor(base_runs[0].samples(), base_runs[1].samples()) if len(base_runs) > 1 else \
@@ -140,45 +162,52 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
     best: Champion | None = None
     for t in finalists:
         runs = results[t.number]
-        verdict = judge_finalist(base_runs, runs, floor=floor) if runs else \
+        verdict = judge_finalist(base_runs, runs, floor=floor, mix=ranking.mix) if runs else \
             {"qualified": False, "reason": "no confirmation launch was measured"}
-        db.add_finalist(study=plan.study_name, round_=round_, trial=t.number, config_digest=t.user_attrs["config_digest"],
-                        decode=verdict.get("decode"), prefill=verdict.get("prefill"), verdict=verdict | where)
+        add_finalist(trial=t.number, config_digest=t.user_attrs["config_digest"], decode=verdict.get("decode"),
+                     prefill=verdict.get("prefill"), verdict=verdict | where)
         if verdict["qualified"] and (best is None or verdict["speedup"] > best.speedup):
             best = Champion(trial=t.number, config=t.user_attrs["config"], decode_tok_per_s=verdict["decode"],
-                            prefill_tok_per_s=verdict["prefill"], speedup=verdict["speedup"], is_baseline=False)
-    db.add_finalist(study=plan.study_name, round_=round_, trial=baseline.number,
-                    config_digest=baseline.user_attrs["config_digest"], decode=base_values[0], prefill=base_values[1],
-                    verdict={"baseline": True, "launches": len(base_runs),
-                             "noise_floor": floor.to_dict() if floor else None,
-                             "noise_floor_from": "these launches" if len(base_runs) > 1 else "the search's baseline"}
-                    | where)
+                            prefill_tok_per_s=verdict["prefill"], speedup=verdict["speedup"], is_baseline=False,
+                            decode_speedup=verdict["decode_speedup"], prefill_speedup=verdict["prefill_speedup"],
+                            ranked_by=verdict["ranked_by"])
+    add_finalist(trial=baseline.number, config_digest=baseline.user_attrs["config_digest"], decode=base_values[0],
+                 prefill=base_values[1], verdict={"baseline": True, "launches": len(base_runs),
+                                                  "noise_floor": floor.to_dict() if floor else None,
+                                                  "noise_floor_from": "these launches" if len(base_runs) > 1
+                                                  else "the search's baseline"} | where)
     if best is None:
         best = Champion(trial=baseline.number, config=baseline.user_attrs["config"], decode_tok_per_s=base_values[0],
-                        prefill_tok_per_s=base_values[1], speedup=1.0, is_baseline=True)
+                        prefill_tok_per_s=base_values[1], speedup=1.0, is_baseline=True, decode_speedup=1.0,
+                        prefill_speedup=1.0, ranked_by=ranking.ranked_by)
         reason = "no finalist was confirmed faster than the baseline in fresh launches"
     else:
         launches = "1 fresh launch" if plan.finalist_launches == 1 else f"{plan.finalist_launches} fresh launches"
         reason = f"confirmed in {launches} against the baseline"
+    if not db.finish(**claim, finalist_rows=rows):  # the claim is checked in the transaction that writes the round
+        raise taken_over
     study.set_user_attr(_CHAMPION, best.__dict__ | {"reason": reason, "round": round_, "trials_at": len(trials),
                                                     "confirmed_by": where})
     return best
 
 
-def _after_running_trials(plan: RunPlan, study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """The study's trials once no other worker is mid-trial, so every worker that ends sees the same set
-    and one confirmation covers all of it. A killed worker's trial stops counting once its heartbeat is
-    stale (Optuna fails it then); waiting is at most one trial's length."""
+def settled_trials(study: optuna.Study, *, poll_s: float) -> list[optuna.trial.FrozenTrial]:
+    """The study's trials once the trials running at the first look have ended, so that workers ending
+    together see the same set and one confirmation covers it. Trials started since are not waited for
+    (other workers go on starting them; a later round covers them), so the wait is at most one trial's
+    length. A killed worker's trial stops counting once its heartbeat is stale (Optuna fails it then)."""
+    waiting: set[int] | None = None
     while True:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # stable since Optuna 2.9
             optuna.storages.fail_stale_trials(study)
         trials = study.get_trials(deepcopy=False)
-        running = [t.number for t in trials if t.state == optuna.trial.TrialState.RUNNING]
-        if not running:
+        running = {t.number for t in trials if t.state == optuna.trial.TrialState.RUNNING}
+        waiting = running if waiting is None else waiting & running
+        if not waiting:
             return trials
-        log.info("waiting for trial(s) %s of other workers before confirming the finalists", running)
-        time.sleep(plan.heartbeat_s)
+        log.info("waiting for trial(s) %s of other workers before confirming the finalists", sorted(waiting))
+        time.sleep(poll_s)
 
 
 def _launch_and_bench(plan: RunPlan, space: SearchSpace, t: optuna.trial.FrozenTrial, round_: int, launch: int,
@@ -212,15 +241,19 @@ def median_objectives(runs: list[BenchResult]) -> tuple[float, float]:
     return statistics.median(v[0] for v in values), statistics.median(v[1] for v in values)
 
 
-def judge_finalist(baseline: list[BenchResult], candidate: list[BenchResult], *, floor: NoiseFloor | None) -> dict:
+def judge_finalist(baseline: list[BenchResult], candidate: list[BenchResult], *, floor: NoiseFloor | None,
+                   mix: RequestMix | None) -> dict:
     """A finalist's verdict against the baseline's launches, as plain JSON data for ar_finalists.
 
     Qualified: called faster on at least one objective point and slower on none by bench's rule,
     with every point compared (one that either side lacks makes the finalist not comparable).
+    Its `speedup` is the request-time speed-up on `mix` (each point's median over the launches), or
+    without a mix (a study ranked by the geometric mean) the geometric mean of the two speed-ups.
     """
     base_values, values = median_objectives(baseline), median_objectives(candidate)
     common = {"decode": values[0], "prefill": values[1], "baseline_values": list(base_values),
-              "launches": len(candidate)}
+              "launches": len(candidate), "decode_speedup": values[0] / base_values[0],
+              "prefill_speedup": values[1] / base_values[1], "ranked_by": GEOMEAN if mix is None else RANKED_BY}
     try:
         comparisons = compare(_pooled(baseline), _pooled(candidate), noise_floor=floor,
                               metrics=objective_metrics(baseline[0]))
@@ -231,7 +264,9 @@ def judge_finalist(baseline: list[BenchResult], candidate: list[BenchResult], *,
     qualified = bool(faster) and not slower
     reason = (f"faster on {', '.join(faster)}" if qualified else
               f"slower on {', '.join(slower)}" if slower else "not called faster on any point")
-    return {**common, "qualified": qualified, "speedup": speedup_score(values, base_values), "reason": reason,
+    speedup = speedup_score(values, base_values) if mix is None else \
+        mix.speedup(median_headline(r.headline() for r in baseline), median_headline(r.headline() for r in candidate))
+    return {**common, "qualified": qualified, "speedup": speedup, "reason": reason,
             "comparisons": [c.to_dict() for c in comparisons]}
 
 

@@ -11,14 +11,16 @@ import logging
 import optuna
 
 from autoresearch.db import ResultsDB
-from autoresearch.errors import BaselineNotReady, BaselineUnmeasured, ConfirmedElsewhere, PlanError
+from autoresearch.errors import BaselineFailed, BaselineNotReady, ConfirmedElsewhere, PlanError
 from autoresearch.finalists import confirm_finalists, feasible_front
 from autoresearch.logs import log_to_file
-from autoresearch.objectives import speedup_score
+from autoresearch.minimal_champion import minimize_champion
 from autoresearch.plan import RunPlan
 from autoresearch.preflight import preflight
 from autoresearch.progress import Progress
+from autoresearch.ranking import Ranking
 from autoresearch.report import write_report
+from autoresearch.request_time import RANKED_BY
 from autoresearch.servers import reap_orphan_servers
 from autoresearch.study import check_enqueued, open_study
 from autoresearch.trial import TrialRunner
@@ -45,11 +47,23 @@ def best_line(study: optuna.Study) -> str:
     line = f"baseline (decode {baseline.values[0]:.1f}, prefill {baseline.values[1]:.0f} tok/s)"
     if not front:
         return line
-    best = max(front, key=lambda t: speedup_score(tuple(t.values), tuple(baseline.values)))
-    score = speedup_score(tuple(best.values), tuple(baseline.values))
+    ranking = Ranking.of(study)
+    ranked = ranking.rank(front, baseline)
+    if not ranked:
+        return f"{line}; no front member could be ranked (see the warnings)"
+    score, best = ranked[0]
+    scalar = "request time" if ranking.ranked_by == RANKED_BY else "geometric mean"
     if score <= 1.0:  # on the front by one objective, slower overall: the baseline is still the best
-        return f"{line}; no candidate faster yet (closest: trial {best.number} at {score:.3f}x)"
-    return f"trial {best.number}: decode {best.values[0]:.1f}, prefill {best.values[1]:.0f} tok/s ({score:.3f}x)"
+        return f"{line}; no candidate faster yet (closest: trial {best.number} at {score:.3f}x by {scalar})"
+    return (f"trial {best.number}: decode {best.values[0]:.1f}, prefill {best.values[1]:.0f} tok/s "
+            f"({score:.3f}x by {scalar})")
+
+
+def _speedups(champion) -> str:
+    if champion.ranked_by != RANKED_BY:
+        return f"speed-up {champion.speedup:.3f}x (geometric mean of decode and prefill)"
+    return (f"request time {champion.speedup:.3f}x faster (decode {champion.decode_speedup:.3f}x, prefill "
+            f"{champion.prefill_speedup:.3f}x)")
 
 
 def run(plan: RunPlan) -> int:
@@ -94,7 +108,7 @@ def _run(plan: RunPlan, space) -> int:
             try:
                 study.optimize(runner, n_trials=None, timeout=plan.hours * 3600 if plan.hours else None,
                                callbacks=callbacks, catch=(BaselineNotReady,), gc_after_trial=True)
-            except BaselineUnmeasured:
+            except BaselineFailed:
                 write_report(plan, study, db, store)  # it says why the study stopped
                 raise
         progress.stage("confirming finalists")
@@ -105,11 +119,17 @@ def _run(plan: RunPlan, space) -> int:
             print(f"finalists: {exc}")
             return 0
         write_report(plan, study, db, store)
+        if champion is not None and plan.minimize and not champion.is_baseline:
+            progress.stage("minimizing the champion")
+            minimization = minimize_champion(plan, study, db, champion)
+            write_report(plan, study, db, store)
+            print(f"minimal champion: {len(minimization.kept)} of {len(minimization.changes)} changes kept "
+                  f"({minimization.launches} launches of at most {minimization.bound})")
     if champion is None:
         log.error("no champion decided: the baseline did not complete or could not be re-measured")
         return 1
     who = "the baseline (no candidate confirmed faster)" if champion.is_baseline else f"trial {champion.trial}"
     print(f"champion: {who}; decode {champion.decode_tok_per_s:.2f} tok/s, prefill {champion.prefill_tok_per_s:.1f} "
-          f"tok/s, speed-up {champion.speedup:.3f}x")
+          f"tok/s, {_speedups(champion)}")
     print(f"results: {plan.results_md}")
     return 0

@@ -91,9 +91,10 @@ class RequestMix:
         for d, share in zip(baseline.decode, raw, strict=True):
             answer, assumed = d.answer_tokens_median, None
             if answer is None:
-                answer, assumed = d.output_tokens, "no answer recorded (a record from before bench kept answers)"
+                answer, assumed = d.output_tokens, "no answer recorded: a record from before bench kept answers"
             elif answer >= d.output_tokens:
-                answer, assumed = d.output_tokens, f"the answers ran to the plan's {d.output_tokens} tokens (longer)"
+                limit = d.output_tokens
+                answer, assumed = limit, f"the answers reached the plan's {limit}-token limit: they are longer"
             prompt = d.prompt_tokens_median or d.context_tokens
             kinds.append(RequestKind(kind=str(d.kind), context_tokens=d.context_tokens, weight=share / sum(raw),
                                      prompt_tokens=float(prompt), answer_tokens=float(answer), answer_assumed=assumed))
@@ -126,7 +127,7 @@ class RequestMix:
         """One sentence naming each assumed answer length, or None when every length was measured."""
         if not self.assumed:
             return None
-        return "; ".join(f"{k.kind} @{k.context_tokens}: {k.answer_tokens:.0f} tokens assumed ({k.answer_assumed})"
+        return "; ".join(f"{k.kind} @{k.context_tokens}: {k.answer_tokens:.0f} tokens ({k.answer_assumed})"
                          for k in self.assumed)
 
     def to_dict(self) -> dict:

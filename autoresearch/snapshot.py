@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,11 +18,15 @@ import optuna
 
 from autoresearch.change_costs import MINIMIZATION_ATTR, ChangeCosts, read_change_costs
 from autoresearch.db import ResultsDB
+from autoresearch.errors import Unmeasured
 from autoresearch.finalists import feasible_front, load_champion
 from autoresearch.objectives import DECODE_RATE, PREFILL_RATE
+from autoresearch.outcome import TrialOutcome
 from autoresearch.per_kind import DecodeByKind, read_decode_by_kind
 from autoresearch.plan import RunPlan
 from autoresearch.provenance import gpu_uuid
+from autoresearch.ranking import Ranking
+from autoresearch.request_time import GEOMEAN, RANKED_BY, RequestMix, median_headline, ranking_label
 from autoresearch.study import feasible
 from bench.metrics import Metric
 from eval import EvalStore
@@ -44,9 +49,18 @@ class Champion:
     trial: int | None  # None: the baseline is the champion
     decode: float | None
     prefill: float | None
-    speedup: float
+    speedup: float  # the stored number it was chosen by (ranked_by)
     reason: str
     changes: str
+    ranked_by: str = GEOMEAN
+    # side by side: request time (stored, or recomputed from an older study's records), decode and prefill
+    request_speedup: float | None = None
+    decode_speedup: float | None = None
+    prefill_speedup: float | None = None
+
+    @property
+    def by_request_time(self) -> bool:
+        return self.ranked_by == RANKED_BY
 
     @property
     def who(self) -> str:
@@ -61,6 +75,19 @@ class FrontRow:
     decode_ratio: float | None  # None: no baseline to compare with
     prefill_ratio: float | None
     changes: str
+    request_ratio: float | None = None  # T(baseline) / T(trial) on the workload's requests
+
+
+@dataclass(frozen=True)
+class FirstTrial:
+    """A trial the loop enqueued after the baseline: the user's --enqueue, then the catalog's levers."""
+    trial: int
+    source: str  # "--enqueue" or "lever"
+    outcome: str
+    changes: str
+    request_ratio: float | None
+    decode_ratio: float | None
+    prefill_ratio: float | None
 
 
 @dataclass(frozen=True)
@@ -79,8 +106,11 @@ class FinalistRow:
     trial: int
     decode: float | None
     prefill: float | None
-    speedup: float | None
+    speedup: float | None  # the stored verdict's number (by the study's ranked_by)
     decision: str
+    request_speedup: float | None = None  # request time, stored or recomputed from the launches' records
+    decode_speedup: float | None = None
+    prefill_speedup: float | None = None
 
 
 @dataclass(frozen=True)
@@ -180,6 +210,9 @@ class StudySnapshot:
     provenance: Provenance | None
     points: list[Point]
     decode_by_kind: DecodeByKind | None = None  # the baseline and the champion on each decode point
+    ranking: str = ""  # what ranked the study, in words
+    first_trials: list[FirstTrial] = dataclasses.field(default_factory=list)
+    mix: RequestMix | None = None  # the workload's requests request time is computed on
     change_costs: ChangeCosts | None = None  # what each change of the champion bought (its minimization)
     plot: str | None = None  # the Pareto plot's file name, once drawn
 
@@ -195,7 +228,7 @@ def _stopped(trials: list[optuna.trial.FrozenTrial], baseline) -> str | None:
     if baseline is not None:
         return None
     failed = [t for t in trials if t.user_attrs.get("role") == "baseline"
-              and t.user_attrs.get("outcome") in ("unmeasured", "baseline_tasks_invalid")]
+              and TrialOutcome.of(t) not in (None, TrialOutcome.BASELINE, TrialOutcome.DUPLICATE)]
     return "; ".join(failed[-1].user_attrs.get("reasons", [])) if failed else None
 
 
@@ -221,7 +254,7 @@ def read_measured(study: optuna.Study, db: ResultsDB, study_name: str, base_cfg:
         headline = bench[-1].get("headline", {})
         keys += [k for k in headline if k not in keys and measured_column(k) is not None]
         fid = [r["payload"]["metrics"] for r in db.measurements(study=study_name, kind="fidelity", trial=t.number)]
-        outcome = "baseline" if t.user_attrs.get("role") == "baseline" else t.user_attrs.get("outcome", t.state.name)
+        outcome = TrialOutcome.BASELINE if t.user_attrs.get("role") == "baseline" else (TrialOutcome.of(t) or t.state.name)
         rows.append(MeasuredRow(trial=t.number, outcome=outcome, speeds=headline, fidelity=fid[-1] if fid else None,
                                 gpu=gpus.get(t.number, "-"), changes=changed_knobs(t.user_attrs.get("config", {}),
                                                                                    base_cfg)))
@@ -254,28 +287,40 @@ def read_task_tier(plan: RunPlan, store: EvalStore, baseline_tasksets: list[Task
 
         k = len(baseline_tasksets)
         guard = tuple(state_guard(t.name, policy.guard(t.result.tasks, k), power=policy.power,
-                                  flips=policy.planned_discordance) for t in baseline_tasksets)
+                                  flips=policy.planned_discordance,
+                                  baseline_right=sum(e.correct(policy.full_credit) for e in t.result.episodes))
+                      for t in baseline_tasksets)
     return TaskTier(policy=policy, decisions=rows, guard=guard)
 
 
-def _finalist_row(f: dict) -> FinalistRow:
+def _finalist_row(f: dict, request_speedups: dict[tuple[int, int], float]) -> FinalistRow:
     v = f["verdict"]
     if v.get("baseline") is True:  # rows of older versions hold the baseline's numbers under this key
-        decision, speedup = "baseline", 1.0
-    else:
-        decision = "confirmed faster" if v.get("qualified") else v.get("reason", "not confirmed faster")
-        speedup = v.get("speedup")
-    return FinalistRow(f["round"], f["trial"], f["decode_tok_per_s"], f["prefill_tok_per_s"], speedup, decision)
+        return FinalistRow(f["round"], f["trial"], f["decode_tok_per_s"], f["prefill_tok_per_s"], 1.0, "baseline",
+                           1.0, 1.0, 1.0)
+    decision = "confirmed faster" if v.get("qualified") else v.get("reason", "not confirmed faster")
+    base = v.get("baseline_values") or v.get("baseline")  # older rows: "baseline"
+    request = v.get("speedup") if v.get("ranked_by") == RANKED_BY else request_speedups.get((f["round"], f["trial"]))
+    return FinalistRow(f["round"], f["trial"], f["decode_tok_per_s"], f["prefill_tok_per_s"], v.get("speedup"), decision,
+                       request, _ratio(f["decode_tok_per_s"], base[0] if base else None),
+                       _ratio(f["prefill_tok_per_s"], base[1] if base else None))
 
 
-def read_finalists(finals: list[dict]) -> Finalists:
+def _ratio(x: float | None, base: float | None) -> float | None:
+    """x / base where both are measured speeds (NOT_MEASURED's -inf is none)."""
+    return x / base if x and base and x > 0 and base > 0 and math.isfinite(x) else None
+
+
+def read_finalists(finals: list[dict], request_speedups: dict[tuple[int, int], float] | None = None) -> Finalists:
+    """`request_speedups` by (round, trial): recomputed from the launches' records, for rows stored before
+    a verdict's speed-up was the request time."""
     confirmer = None
     if finals:
         last = [f["verdict"] for f in finals if f["round"] == finals[-1]["round"]]
         if who := next((v for v in last if v.get("worker")), None):  # one worker confirms, on one GPU
             confirmer = Confirmer(finals[-1]["round"], who["worker"], who.get("gpu") or {},
                                   who.get("cuda_visible_devices"))
-    return Finalists(rows=[_finalist_row(f) for f in finals], confirmer=confirmer)
+    return Finalists(rows=[_finalist_row(f, request_speedups or {}) for f in finals], confirmer=confirmer)
 
 
 def _read_baseline(study: optuna.Study, db: ResultsDB, study_name: str, baseline) -> Baseline | None:
@@ -292,14 +337,74 @@ def _read_baseline(study: optuna.Study, db: ResultsDB, study_name: str, baseline
                     config_json=json.dumps(config, indent=1, sort_keys=True))
 
 
-def _read_champion(study: optuna.Study, base_cfg: dict) -> Champion | None:
+def _read_champion(study: optuna.Study, base_cfg: dict, finalists: Finalists) -> Champion | None:
     champion = load_champion(study)
     if not champion:
         return None
+    ranked_by = champion.get("ranked_by") or GEOMEAN
+    side = (champion["speedup"], champion.get("decode_speedup"), champion.get("prefill_speedup"))
+    if champion["is_baseline"]:
+        side = (1.0, 1.0, 1.0)
+    elif ranked_by != RANKED_BY:  # chosen by the geometric mean: request time from its launches' records
+        row = next((r for r in reversed(finalists.rows) if r.trial == champion["trial"]
+                    and r.round == champion.get("round")), None)
+        side = (row.request_speedup, row.decode_speedup, row.prefill_speedup) if row else (None, None, None)
     return Champion(trial=None if champion["is_baseline"] else champion["trial"],
                     decode=champion["decode_tok_per_s"], prefill=champion["prefill_tok_per_s"],
                     speedup=champion["speedup"], reason=champion["reason"],
-                    changes=changed_knobs(champion["config"], base_cfg))
+                    changes=changed_knobs(champion["config"], base_cfg), ranked_by=ranked_by,
+                    request_speedup=side[0], decode_speedup=side[1], prefill_speedup=side[2])
+
+
+def _request_mix(study: optuna.Study, db: ResultsDB, study_name: str, baseline) -> RequestMix | None:
+    """The study's stored mix, or for a study stored before it one made from its baseline's bench record."""
+    stored = Ranking.of(study).mix
+    if stored is not None or baseline is None:
+        return stored
+    rows = [r["payload"] for r in db.measurements(study=study_name, kind="bench", trial=baseline.number)
+            if r["launch"] == 0]
+    try:
+        return RequestMix.from_record(rows[0]) if rows else None
+    except Unmeasured:  # no decode point: nothing to time
+        return None
+
+
+def _request_speedup(mix: RequestMix | None, base: list[dict], other: list[dict]) -> float | None:
+    """T(baseline) / T(other) on each rate's median over the launches that measured every rate the mix needs."""
+    if mix is None:
+        return None
+    base, other = _timed(mix, base), _timed(mix, other)
+    return mix.speedup(median_headline(base), median_headline(other)) if base and other else None
+
+
+def _timed(mix: RequestMix, headlines: list[dict]) -> list[dict]:
+    out = []
+    for h in headlines:
+        try:
+            mix.time_s(h)
+        except Unmeasured:
+            continue
+        out.append(h)
+    return out
+
+
+def _finalist_request_speedups(db: ResultsDB, study_name: str, mix: RequestMix | None,
+                               baseline_trial: int | None) -> dict[tuple[int, int], float]:
+    launches: dict[tuple[int, int], list[dict]] = {}
+    for r in db.measurements(study=study_name, kind="finalist_bench"):
+        p = r["payload"]
+        launches.setdefault((p["round"], p["trial"]), []).append(p.get("headline") or {})
+    out = {}
+    for (round_, trial), headlines in launches.items():
+        if trial != baseline_trial and (v := _request_speedup(mix, launches.get((round_, baseline_trial), []),
+                                                              headlines)) is not None:
+            out[(round_, trial)] = v
+    return out
+
+
+def _search_headlines(db: ResultsDB, study_name: str) -> dict[int, dict]:
+    return {r["trial"]: r["payload"].get("headline") or {} for r in db.measurements(study=study_name, kind="bench")
+            if r["launch"] == 0 and r["trial"] is not None}
 
 
 def _read_tasksets(db: ResultsDB, store: EvalStore, study_name: str, trial: int | None, run: str) -> list[TasksetRow]:
@@ -338,17 +443,30 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
     def ratio(x: float | None, base: float | None) -> float | None:
         return x / base if x and base else None
 
+    mix = _request_mix(study, db, plan.study_name, baseline)
+    searched = _search_headlines(db, plan.study_name)
+    base_search = [searched[baseline.number]] if baseline and baseline.number in searched else []
     front = [FrontRow(t.number, t.values[0], t.values[1], ratio(t.values[0], base_vals[0]),
-                      ratio(t.values[1], base_vals[1]), changed_knobs(t.user_attrs.get("config", {}), base_cfg))
-             for t in sorted(feasible_front(study), key=lambda t: -t.values[0])]
-    rejected = [(t.number, t.user_attrs["outcome"], "; ".join(t.user_attrs.get("reasons", []))[:300].replace("|", "/"),
+                      ratio(t.values[1], base_vals[1]), changed_knobs(t.user_attrs.get("config", {}), base_cfg),
+                      _request_speedup(mix, base_search, [searched[t.number]] if t.number in searched else []))
+             for t in feasible_front(study)]
+    front.sort(key=lambda r: (r.request_ratio is None, -(r.request_ratio or 0.0), -r.decode))
+    first = [FirstTrial(t.number, "--enqueue" if t.user_attrs.get("enqueued") else "lever",
+                        TrialOutcome.of(t) or t.state.name.lower(),
+                        changed_knobs(t.user_attrs.get("config", {}), base_cfg),
+                        _request_speedup(mix, base_search, [searched[t.number]] if t.number in searched else []),
+                        *(_ratio(v, b) for v, b in zip(t.values or (None, None), base_vals, strict=True)))
+             for t in trials if t.user_attrs.get("enqueued") or t.user_attrs.get("lever")]
+    rejected = [(t.number, TrialOutcome.of(t), "; ".join(t.user_attrs.get("reasons", []))[:300].replace("|", "/"),
                  changed_knobs(t.user_attrs.get("config", {}), base_cfg))
                 for t in trials if t.user_attrs.get("role") != "baseline"
-                and t.user_attrs.get("outcome") not in (None, "passed")]
+                and (outcome := TrialOutcome.of(t)) is not None and outcome.rejected]
     on_front = {r.trial for r in front}
     points = [Point(t.number, t.values[0], t.values[1], feasible(t), t.number in on_front)
               for t in complete if t.values and min(t.values) > 0]
-    champion = _read_champion(study, base_cfg)
+    finalists = read_finalists(db.finalists(study=plan.study_name),
+                               _finalist_request_speedups(db, plan.study_name, mix, baseline.number if baseline else None))
+    champion = _read_champion(study, base_cfg, finalists)
     tasksets = task_tier = None
     if plan.suite != "none":
         champ_trial = champion.trial if champion else None
@@ -358,7 +476,7 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
     return StudySnapshot(
         plan=plan, generated=dt.datetime.now(dt.UTC), stopped=_stopped(trials, baseline),
         fidelity_gate=read_fidelity_gate(plan, store), champion=champion, front=front,
-        finalists=read_finalists(db.finalists(study=plan.study_name)),
+        finalists=finalists, ranking=ranking_label(study.user_attrs.get("ranked_by")), mix=mix, first_trials=first,
         baseline=_read_baseline(study, db, plan.study_name, baseline), rejected=rejected,
         measured=read_measured(study, db, plan.study_name, base_cfg), tasksets=tasksets, task_tier=task_tier,
         provenance=_read_provenance(plan, db), points=points,

@@ -134,11 +134,18 @@ class GuardStatement:
     flips: float  # the share of tasks flipping either way besides, for `drop_at_flips`
     drop: float | None  # caught with `power` when nothing else flips; None: no drop is
     drop_at_flips: float | None
+    baseline_right: int | None = None  # tasks the baseline answered right: only those can be lost
+
+    @property
+    def blind_on_baseline(self) -> bool:
+        """The baseline answered fewer tasks right than the fewest losses that reject: nothing is detectable."""
+        return self.min_losses is not None and self.baseline_right is not None and self.baseline_right < self.min_losses
 
 
-def state_guard(name: str, guard: SignGuard, *, power: float, flips: float) -> GuardStatement:
+def state_guard(name: str, guard: SignGuard, *, power: float, flips: float,
+                baseline_right: int | None = None) -> GuardStatement:
     """The guard's detection statement for one taskset, computed exactly."""
     return GuardStatement(name=name, tasks=guard.n_tasks, alpha=guard.alpha, min_losses=guard.min_losses,
                           smallest_p=0.5**guard.n_tasks, power=power, flips=flips,
                           drop=guard.detectable_drop(power=power),
-                          drop_at_flips=guard.detectable_drop(power=power, flips=flips))
+                          drop_at_flips=guard.detectable_drop(power=power, flips=flips), baseline_right=baseline_right)

@@ -173,7 +173,7 @@ def baseline_problems(result: TasksetResult, policy: TaskPolicy, tasksets: int) 
         errors = sorted({e.error or "?" for e in result.episodes if not e.ok})
         problems.append(f"{result.name}: {result.failures} of {result.rollouts} baseline episodes failed "
                         f"operationally (e.g. {errors[0][:200]})")
-    if truncated_share(result) > policy.max_truncated_share:
+    if policy.judge and truncated_share(result) > policy.max_truncated_share:  # the guard scores them as answers
         problems.append(f"{result.name}: {result.truncations} of {result.rollouts} baseline answers hit the "
                         f"{result.max_tokens}-token budget (more than {policy.max_truncated_share:.0%}): raise "
                         "--suite-max-tokens so the model can finish")
@@ -297,13 +297,17 @@ def _outcomes(order: list[str], base_score: dict[str, float], cand_score: dict[s
 
 
 def _operational_reasons(candidate: TasksetResult, policy: TaskPolicy) -> list[str]:
-    """Fail closed: a candidate that could not answer, or ran out of budget, is not judged lossless."""
+    """Fail closed: a candidate that could not answer, or (judge mode) ran out of budget, is not judged lossless.
+
+    The guard scores a truncated answer as the answer it is: cut short where the baseline finished, it is a
+    lost task the sign test counts.
+    """
     reasons = []
     failures = sum(not e.ok for e in candidate.episodes)
     if failures > policy.max_candidate_failures:
         reasons.append(f"{candidate.name}: {failures} operational failures (timeouts, transport or harness "
                        f"errors) in the candidate run, {policy.max_candidate_failures} tolerated")
-    if truncated_share(candidate) > policy.max_truncated_share:
+    if policy.judge and truncated_share(candidate) > policy.max_truncated_share:
         reasons.append(f"{candidate.name}: {candidate.truncations} of {candidate.rollouts} candidate answers "
                        f"hit the {candidate.max_tokens}-token budget")
     return reasons

@@ -17,11 +17,11 @@ from typing import Any
 
 from search_space.domains import USE_DEFAULT, Categorical, FloatRange, IntRange
 from search_space.knobs import EnvVar, ExlArg, Knob, SpaceContext, TransformersArg, When, knob_is, on_context
+from serving.config import PAGE_TOKENS
 
 __all__ = ["EXL3_KNOBS", "TRANSFORMERS_KNOBS", "catalog_for"]
 
 GiB = 1024**3
-PAGE_TOKENS = 256  # exllamav3 constants.PAGE_SIZE
 
 HYBRID = on_context("the model has Gated DeltaNet (linear-attention) layers", lambda c: c.model.is_hybrid)
 EXL3_WEIGHTS = on_context("the checkpoint is EXL3-quantized", lambda c: c.model.is_exl3)
@@ -102,8 +102,9 @@ EXL3_KNOBS: tuple[Knob, ...] = (
          note="default 256 (generator.py:46); clamped to cache_slots on hybrid models"),
     Knob(name="max_chunk_size", domain=Categorical((512, 1024, 2048, 4096, 8192, 16384)), default=2048,
          applied_as=_gen("max_chunk_size", ("Model.load", "max_chunk_size"), ("Model.warmup", "max_chunk_size")),
-         may_change_outputs=True, note="prefill tokens per forward, default 2048 (generator.py:47); "
-                                       "larger chunks raise the prefill workspace"),
+         may_change_outputs=True, levers=(4096, 8192, 16384),
+         note="prefill tokens per forward, default 2048 (generator.py:47); larger chunks raise the prefill "
+              "workspace"),
     Knob(name="shared_chunk_size", domain=Categorical((USE_DEFAULT, 0.25, 1.0)), default=USE_DEFAULT,
          applied_as=_gen("shared_chunk_size"), to_field=_shared_chunk_tokens, may_change_outputs=True,
          note="fraction of max_chunk_size used while another job generates, rounded up to the page; "
@@ -116,7 +117,7 @@ EXL3_KNOBS: tuple[Knob, ...] = (
                                           ("Model.load", "draft_model"),
                                           ("Model.from_config", "component"), ("Cache", "max_history"))),
          choice_requires=(("mtp", HAS_MTP), ("dflash", HAS_DFLASH), ("draft_model", HAS_CAUSAL_DRAFT)),
-         may_change_outputs=True,
+         may_change_outputs=True, levers=("ngram", "mtp", "dflash", "draft_model"),  # those this checkpoint allows
          note="ngram always; mtp with the checkpoint's MTP head; dflash / draft_model with the user's drafter "
               "of that kind (--draft-model). Lossless in distribution, not bit-identical: verify passes use "
               "other kernels"),
@@ -138,7 +139,7 @@ EXL3_KNOBS: tuple[Knob, ...] = (
          note="vocab columns of a dense fp16 draft head (N x hidden x 2 B VRAM); verification uses the full head"),
     Knob(name="hybrid_draft_tokens", domain=Categorical((0, 4, 8, 16, 32)), default=0,
          applied_as=ExlArg("hybrid_draft_tokens", (("Generator", "hybrid_draft_tokens"), ("Cache", "max_history"))),
-         may_change_outputs=True, note="suffix-match drafts on top of any mode; > 16 rows leave the graphed path"),
+         may_change_outputs=True, levers=(8,), note="suffix-match drafts on top of any mode; > 16 rows leave the graphed path"),
     # --- Recurrent state (hybrid models) ------------------------------------------------------------
     Knob(name="recurrent_cache_size", domain=Categorical((0, 1 * GiB, 2 * GiB, 4 * GiB, 8 * GiB)), default=4 * GiB,
          applied_as=_gen("recurrent_cache_size"), applies_when=(HYBRID,), may_change_outputs=False,
@@ -189,7 +190,7 @@ TRANSFORMERS_KNOBS: tuple[Knob, ...] = (
          applied_as=TransformersArg("attn_implementation"), may_change_outputs=True,
          note="transformers' default is sdpa"),
     Knob(name="prefill_chunk_size", domain=Categorical((0, 64, 128, 256, 512)), default=0,
-         applied_as=TransformersArg("prefill_chunk_size"), may_change_outputs=True,
+         applied_as=TransformersArg("prefill_chunk_size"), may_change_outputs=True, levers=(64, 128),
          note="tokens per prefill forward; 0 = the whole prompt at once"),
     Knob(name="threads", domain=Categorical(_THREADS), default=0, applied_as=TransformersArg("threads"),
          choice_requires=tuple((n, on_context(f"the host has at least {n} cores", lambda c, n=n: c.cpu_count >= n))

@@ -165,6 +165,10 @@ class Knob:
         default=None, repr=False, compare=False
     )
     note: str = ""
+    # Values a study tries first, one change each after the baseline, before the sampler combines knobs
+    # (SearchSpace.levers): the settings known to move a rate on their own (drafting, prefill chunks),
+    # so that a short study measures them instead of waiting for a random draw to reach them
+    levers: tuple[Any, ...] = ()
 
     @property
     def depends_on(self) -> frozenset[str]:

@@ -31,6 +31,8 @@ from serving.exl3_surface import Exl3Surface, installed_surface
 
 __all__ = ["SearchSpace", "build_space"]
 
+_ABSENT = object()
+
 
 @dataclass(frozen=True)
 class SearchSpace:
@@ -93,6 +95,24 @@ class SearchSpace:
             knob = self.knob(inactive[0])
             raise SpaceError(f"{knob.name} does not apply with these values: it needs {knob.describe_when()}")
         return values
+
+    def levers(self, baseline: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], ...]:
+        """The catalog's levers that this study can try, one change each on top of `baseline` (changes to
+        the defaults), in catalog order: a value the narrowed domain lacks (MTP without MTP weights, a
+        drafter without --draft-model), a pinned knob, a knob inactive under the baseline, and the
+        baseline's own value are left out."""
+        base = self.values_with(baseline or {})
+        out = []
+        for knob in self.searched:
+            for value in knob.levers:
+                if not knob.domain.contains(value) or base.get(knob.name, _ABSENT) == value:
+                    continue
+                try:
+                    self.values_with({**(baseline or {}), knob.name: value})
+                except SpaceError:  # inactive under the baseline's values
+                    continue
+                out.append({knob.name: value})
+        return tuple(out)
 
     def baseline_config(self) -> ServingConfig:
         return self.to_config(self.baseline_values())

@@ -74,6 +74,9 @@ def validate_catalog(knobs: Sequence[Knob]) -> None:
             if not seen[parent].domain.is_finite:
                 raise CatalogError(f"knob {knob.name!r} depends on {parent!r}, whose domain is not finite")
         _check_field(knob)
+        for lever in knob.levers:
+            if not knob.domain.contains(lever):
+                raise CatalogError(f"knob {knob.name!r} names lever {lever!r}, which is not in its domain")
         for choice, _when in knob.choice_requires:
             if not knob.domain.contains(choice):
                 raise CatalogError(f"knob {knob.name!r} restricts choice {choice!r}, which is not in its domain")

@@ -39,7 +39,7 @@ def _space(plan: RunPlan):
 
 def test_the_baseline_and_enqueued_candidates_start_from_the_chosen_baseline(tmp_path, q27):
     plan = _plan(tmp_path, q27, baseline_changes={"EXL3_INT8_GEMV": 0},
-                 enqueued=({"max_chunk_size": 8192}, {"EXL3_INT8_GEMV": 2}))
+                 enqueued=({"max_chunk_size": 8192}, {"EXL3_INT8_GEMV": 2}), levers=False)
     study = open_study(plan, _space(plan))
     waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     assert [t.user_attrs["role"] for t in waiting] == ["baseline", "candidate", "candidate"]
@@ -59,7 +59,8 @@ def test_a_study_refuses_to_resume_against_another_baseline(tmp_path, q27):
 
 
 def test_an_enqueued_change_activates_knobs_at_their_defaults_unless_named(tmp_path, q27):
-    plan = _plan(tmp_path, q27, enqueued=({"draft_mode": "ngram"}, {"draft_mode": "ngram", "num_draft_tokens": 6}))
+    plan = _plan(tmp_path, q27, enqueued=({"draft_mode": "ngram"}, {"draft_mode": "ngram", "num_draft_tokens": 6}),
+                 levers=False)
     space = _space(plan)
     study = open_study(plan, space)
     _, plain, named = (t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,)))

@@ -163,7 +163,7 @@ def test_the_median_of_two_launches_is_their_mean_not_the_larger():
 
 
 def test_a_finalist_faster_on_one_point_and_slower_on_none_is_confirmed():
-    verdict = judge_finalist(BASE, [_launch([100, 101, 100], [1300, 1310, 1290])] * 2, floor=FLOOR)
+    verdict = judge_finalist(BASE, [_launch([100, 101, 100], [1300, 1310, 1290])] * 2, floor=FLOOR, mix=None)
     assert verdict["qualified"] is True and verdict["reason"] == "faster on prefill_tok_per_s_server@8192"
     assert verdict["speedup"] == pytest.approx(math.sqrt(100.0 / 100.0 * 1300.0 / 1000.0))
     assert json.loads(json.dumps(verdict)) == verdict  # plain data, no reprs
@@ -173,19 +173,19 @@ def test_a_finalist_faster_on_one_point_and_slower_on_none_is_confirmed():
 
 
 def test_a_finalist_slower_on_any_point_is_not_confirmed():
-    verdict = judge_finalist(BASE, [_launch([80, 81, 79], [1300, 1310, 1290])], floor=FLOOR)
+    verdict = judge_finalist(BASE, [_launch([80, 81, 79], [1300, 1310, 1290])], floor=FLOOR, mix=None)
     assert verdict["qualified"] is False and verdict["reason"] == "slower on decode_tok_per_s_client@1024/math"
 
 
 def test_a_difference_inside_the_launch_to_launch_noise_is_not_confirmed():
     noisy = NoiseFloor(rel_diff=(("decode_tok_per_s_client@1024/math", 0.01), ("prefill_tok_per_s_server@8192", 0.2)))
-    verdict = judge_finalist(BASE, [_launch([100, 101, 100], [1300, 1310, 1290])], floor=noisy)
+    verdict = judge_finalist(BASE, [_launch([100, 101, 100], [1300, 1310, 1290])], floor=noisy, mix=None)
     assert verdict["qualified"] is False and verdict["reason"] == "not called faster on any point"
 
 
 def test_a_finalist_that_cannot_be_compared_on_every_point_is_not_confirmed():
     partial_floor = NoiseFloor(rel_diff=(("decode_tok_per_s_client@1024/math", 0.01),))
-    verdict = judge_finalist(BASE, [_launch([130] * 3, [1300] * 3)], floor=partial_floor)
+    verdict = judge_finalist(BASE, [_launch([130] * 3, [1300] * 3)], floor=partial_floor, mix=None)
     assert verdict["qualified"] is False
     assert verdict["reason"].startswith("not comparable: cannot compare what was not measured: "
                                         "prefill_tok_per_s_server@8192 (the noise floor lacks it)")
@@ -200,6 +200,6 @@ def test_the_best_so_far_line_never_names_a_candidate_slower_than_the_baseline()
     study.add_trial(optuna.trial.create_trial(values=[100.0, 1000.0], constraints=ok, user_attrs={"role": "baseline"}))
     study.add_trial(optuna.trial.create_trial(values=[70.0, 1100.0], constraints=ok, user_attrs={"role": "candidate"}))
     assert best_line(study) == ("baseline (decode 100.0, prefill 1000 tok/s); no candidate faster yet "
-                                "(closest: trial 1 at 0.877x)")
+                                "(closest: trial 1 at 0.877x by geometric mean)")  # a study without ranked_by
     study.add_trial(optuna.trial.create_trial(values=[120.0, 1000.0], constraints=ok, user_attrs={"role": "candidate"}))
-    assert best_line(study) == "trial 2: decode 120.0, prefill 1000 tok/s (1.095x)"
+    assert best_line(study) == "trial 2: decode 120.0, prefill 1000 tok/s (1.095x by geometric mean)"

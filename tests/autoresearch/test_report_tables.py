@@ -50,18 +50,20 @@ def test_a_study_that_moved_between_gpus_says_so(tmp_path):
     assert "…222222" in table
 
 
-def test_the_finalists_table_names_the_baseline_and_the_confirmed_finalist():
+def test_the_finalists_table_shows_request_time_decode_and_prefill_side_by_side():
     finals = [
-        {"round": 1, "trial": 3, "decode_tok_per_s": 57.08, "prefill_tok_per_s": 5928.5,
-         "verdict": {"qualified": True, "speedup": 1.042, "baseline_values": [56.17, 5553.5]}},
-        {"round": 1, "trial": 5, "decode_tok_per_s": 50.0, "prefill_tok_per_s": 5000.0,
-         "verdict": {"qualified": False, "speedup": 0.9, "baseline": [56.17, 5553.5]}},  # an older row's layout
+        {"round": 1, "trial": 3, "decode_tok_per_s": 57.08, "prefill_tok_per_s": 5928.5,  # ranked by request time
+         "verdict": {"qualified": True, "speedup": 1.021, "ranked_by": "request_time", "baseline_values": [56.17, 5553.5]}},
+        {"round": 1, "trial": 5, "decode_tok_per_s": 50.0, "prefill_tok_per_s": 5000.0,  # an older row's layout
+         "verdict": {"qualified": False, "speedup": 0.9, "baseline": [56.17, 5553.5]}},
         {"round": 1, "trial": 0, "decode_tok_per_s": 56.17, "prefill_tok_per_s": 5553.5, "verdict": {"baseline": True}},
     ]
-    rows = render_section("finalists_table", read_finalists(finals)).splitlines()[-3:]
-    assert rows[0] == "| 1 | 3 | 57.08 | 5,928.5 | 1.042x | confirmed faster |"
-    assert rows[1].endswith("| 0.900x | not confirmed faster |")
-    assert rows[2] == "| 1 | 0 | 56.17 | 5,553.5 | 1.000x | baseline |"
+    # the older row's stored 0.9 is a geometric mean: its request time comes from its launches' records
+    rows = render_section("finalists_table", read_finalists(finals, {(1, 5): 0.887, (1, 3): 9.9})).splitlines()[-3:]
+    assert rows[0] == "| 1 | 3 | 57.08 | 5,928.5 | 1.021x | 1.016x | 1.068x | confirmed faster |"
+    assert rows[1] == "| 1 | 5 | 50.00 | 5,000.0 | 0.887x | 0.890x | 0.900x | not confirmed faster |"
+    assert rows[2] == "| 1 | 0 | 56.17 | 5,553.5 | 1.000x | 1.000x | 1.000x | baseline |"
+    assert "| - |" in render_section("finalists_table", read_finalists(finals[1:]))  # not recomputable: said, not guessed
 
 
 def test_the_task_tier_reports_every_paired_test_with_its_power(tmp_path):
@@ -105,6 +107,9 @@ def test_the_guard_states_what_each_taskset_can_detect_and_never_merges_or_accep
             "gives p = 0.125") in text
     assert ("**mmlu-pro** (10 tasks, false-rejection rate 0.025): rejects at 6 tasks lost with none gained; catches "
             "an accuracy drop of 67% with 80% power when nothing else flips, 77% when 10% of the tasks flip") in text
+    # only the 5 tasks the baseline answered right can be lost, fewer than the 6 that reject
+    assert ("**On this baseline it cannot detect any loss: the baseline answered 5 of 10 right, and only those can "
+            "be lost.**") in text
     rows = [line for line in text.splitlines() if line.startswith("| 2 |")]
     assert rows == ["| 2 | aime25 | no loss detected on 3 tasks | 3 | 0 | 0 | 1 | 0.025 | none |",
                     "| 2 | mmlu-pro | no loss detected on 10 tasks | 10 | 5 | 0 | 0.0312 | 0.025 | 67% |"]

@@ -103,8 +103,8 @@ def test_unknown_or_unfinished_answers_assume_the_plans_length_and_say_so():
     assert [k.answer_tokens for k in mix.kinds] == [512.0, 256.0]
     assert [k.kind for k in mix.assumed] == ["math", "code"]
     assert mix.describe_assumed() == (
-        "math @1024: 512 tokens assumed (the answers ran to the plan's 512 tokens (longer)); "
-        "code @1024: 256 tokens assumed (no answer recorded (a record from before bench kept answers))")
+        "math @1024: 512 tokens (the answers reached the plan's 512-token limit: they are longer); "
+        "code @1024: 256 tokens (no answer recorded: a record from before bench kept answers)")
 
 
 def test_a_rate_the_mix_needs_that_was_not_measured_is_unmeasured_never_a_number():

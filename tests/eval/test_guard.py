@@ -67,7 +67,21 @@ def test_the_suite_alpha_is_shared_among_tasksets_so_three_tasks_can_never_rejec
     assert statement.min_losses is None and statement.drop is None and statement.smallest_p == 0.125
 
 
-def test_the_guard_still_fails_a_candidate_on_operational_failures_and_truncation():
+def test_the_guard_scores_a_truncated_answer_as_the_answer_it_is():
+    base, cand = _paired(10, lost=5)
+    cut = frozenset(f"t{i:03d}" for i in range(10))  # every candidate answer hit the budget
+    cand = _result({e.task_key: [e.reward] for e in cand.episodes}, name="mmlu-pro", truncated=cut)
+    verdict = compare_taskset(base, cand, GUARD, tasksets=1)
+    assert verdict.decision == "loss detected" and len(verdict.reasons) == 1  # the 5 losses, not a budget rule
+    assert baseline_problems(_result({e.task_key: [e.reward] for e in base.episodes}, name="mmlu-pro", truncated=cut),
+                             GUARD, tasksets=1) == []
+    base, same = _paired(10)
+    same = _result({e.task_key: [e.reward] for e in same.episodes}, name="mmlu-pro", truncated=cut)
+    assert compare_taskset(base, same, GUARD, tasksets=1).passed
+    assert not compare_taskset(base, same, TaskPolicy(mode="judge"), tasksets=1).passed  # judge: a budget rule
+
+
+def test_the_guard_still_fails_a_candidate_on_operational_failures():
     base, cand = _paired(10)
     failed = dataclasses.replace(cand.episodes[0], ok=False, reward=None, error="timeout")
     cand = dataclasses.replace(cand, episodes=(failed, *cand.episodes[1:]), failures=1)

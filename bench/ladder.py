@@ -44,7 +44,7 @@ from bench.validity import mark_stalls, prefill_rate, size_error, validate_run
 from bench.workload import Workload
 from openai_client import Client, Endpoint, ProtocolError, ServerRejected, ServerUnreachable, build_body
 
-__all__ = ["mark_stalls", "run_bench", "validate_run", "wait_until_loaded"]  # the last two live in bench.validity
+__all__ = ["mark_stalls", "run_bench", "validate_run", "wait_until_loaded"]  # mark_stalls and validate_run live in bench.validity
 
 log = logging.getLogger(__name__)
 LOAD_WAIT_S = 900.0  # a 27B loads in minutes; the launcher's own start-up limit is the same

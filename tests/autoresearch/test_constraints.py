@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
+from autoresearch.outcome import TrialOutcome
 from autoresearch.study import CONSTRAINTS, constraints_of, feasible
 from autoresearch.trial import OK, VIOLATED, TrialRunner, _Record
 from eval.decision import GateDecision
@@ -18,7 +19,9 @@ def _finished(close, state=optuna.trial.TrialState.COMPLETE) -> optuna.trial.Fro
     study = optuna.create_study(directions=["maximize", "maximize"],
                                 sampler=optuna.samplers.TPESampler(constraints_func=constraints_of))
     trial = study.ask()
-    close(_Record(trial))
+    record = _Record(trial)
+    close(record)
+    record.close()
     study.tell(trial, [1.0, 2.0] if state == optuna.trial.TrialState.COMPLETE else None, state=state)
     return study.trials[0]
 
@@ -27,7 +30,7 @@ def test_a_duplicate_records_no_constraint_it_never_measured():
     """Before: a duplicate stored all five constraints as violated (fits too: it was never checked)."""
     def duplicate(record):
         record.reasons.append("same configuration as trial 3")
-        record.close("duplicate")
+        record.end(TrialOutcome.DUPLICATE)
 
     trial = _finished(duplicate, optuna.trial.TrialState.PRUNED)
     assert set(trial.constraints) & set(CONSTRAINTS) == set()  # Optuna adds the list's entries as '0'..'4'

@@ -100,6 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-floor-kl-mean", type=float, help="gate: the KL-mean floor, nats (default 1e-4)")
     parser.add_argument("--finalists", type=int, default=2)
     parser.add_argument("--finalist-launches", type=int, default=2)
+    parser.add_argument("--minimize", action=argparse.BooleanOptionalAction, default=None,
+                        help="after the champion is confirmed, remove its changes one at a time (cheapest first) "
+                        "while it stays as fast on request time; export writes that minimal champion "
+                        "(default: on with --model, off for the embedded default)")
+    parser.add_argument("--minimize-launches", type=int, default=2,
+                        help="fresh launches of each configuration per minimization round (default 2); with n "
+                        "changes it makes at most L x (5n + 1) launches")
+    parser.add_argument("--minimize-max-launches", type=int, help="stop the minimization after this many launches")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--heartbeat", type=int, default=10,
                         help="shared studies: seconds between a worker's heartbeats, for its trial and its claim "
@@ -176,6 +184,8 @@ def make_plan(args: argparse.Namespace):
         bench_plan=_bench_plan(engine, args, workload), workload=workload, probe_config=default_probe_config(engine), suite_overrides=overrides,
         pinned=pinned, enqueued=enqueued, levers=not args.no_levers, baseline_changes=baseline_changes, finalists=args.finalists, finalist_launches=args.finalist_launches,
         heartbeat_s=args.heartbeat, grace_s=args.grace,
+        minimize=not model.is_embedded if args.minimize is None else args.minimize,
+        minimize_launches=args.minimize_launches, minimize_max_launches=args.minimize_max_launches,
         startup_timeout_s=300.0 if engine == "transformers" else 900.0,
     )
 

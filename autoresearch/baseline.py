@@ -13,7 +13,7 @@
 Launch 0 is skipped where it has nothing to do (no speed, no suite, a stored reference reused).
 
 The baseline trial stores the ids of what it measured (reference, noise-floor measurement, suite
-run, bench measurement rows) in the study's user attributes (`save_baseline`); candidates in any
+run, bench measurement rows) and its speed floor in the study's user attributes (`save_baseline`); candidates in any
 process load them back (`load_baseline`) or, while another worker is still measuring it, wait
 (`wait_for_baseline`).
 """
@@ -42,6 +42,7 @@ from eval import (
     measure_fidelity,
 )
 from eval.decision import TaskPolicy, baseline_problems
+from eval.fidelity import load_fidelity_measurement
 from eval.probes import ProbeSet
 
 __all__ = ["BaselineEvidence", "BaselineRun", "load_baseline", "measured_or_stop", "run_baseline",
@@ -153,7 +154,7 @@ class BaselineEvidence:
     reference: Reference
     fidelity_floor: FidelityMeasurement
     suite: SuiteResult | None  # None when the run gates on fidelity only
-    bench: BenchResult
+    bench: BenchResult  # launch 0's: the request-time mix every candidate's speed-up is weighed by
     speed_floor: NoiseFloor | None
     trial_number: int
 
@@ -178,14 +179,11 @@ def load_baseline(study: optuna.Study, store: EvalStore, db: ResultsDB, study_na
     rows = db.measurements(study=study_name, kind="bench", trial=data["trial"])
     # records from before bench set stalled runs aside are judged by the same rule as new ones
     bench = mark_stalls(BenchResult.from_dict(next(r for r in rows if r["launch"] == 0)["payload"]))
-    speed_floor = stored_speed_floor(study)
     reference = store.load_reference(data["reference_model"], data["reference_probes"])
-    floor_metrics = store.load_measurement(data["floor_measurement_id"])
-    floor = FidelityMeasurement(measurement_id=data["floor_measurement_id"], role="noise_floor",
-                                label=data["label"] + "#2", metrics=floor_metrics, per_probe=(), elapsed_s=0.0)
-    return BaselineEvidence(label=data["label"], reference=reference, fidelity_floor=floor,
+    return BaselineEvidence(label=data["label"], reference=reference,
+                            fidelity_floor=load_fidelity_measurement(store, data["floor_measurement_id"]),
                             suite=store.load_suite_result(data["suite_run_id"]) if data["suite_run_id"] else None,
-                            bench=bench, speed_floor=speed_floor, trial_number=data["trial"])
+                            bench=bench, speed_floor=stored_speed_floor(study), trial_number=data["trial"])
 
 
 def stored_speed_floor(study: optuna.Study) -> NoiseFloor | None:

@@ -14,6 +14,7 @@ import contextlib
 import datetime as dt
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -109,30 +110,42 @@ class ResultsDB:
                     return holder
                 log.warning("taking over the claim to %s (%s) from %s: %s", what, key, holder,
                             "its process has left" if gone else f"no heartbeat for over {grace_s} s")
-                with self.engine.begin() as conn:  # that row only: a survivor may have replaced it (ids recur)
-                    conn.execute(delete(claims).where((claims.c.id == row.id) & (claims.c.worker == holder)))
+                # that row as we saw it only: a survivor may have replaced it (ids recur), and a holder that
+                # beat or finished since keeps it (then our insert fails again and names it)
+                with self.engine.begin() as conn:
+                    conn.execute(delete(claims).where(
+                        (claims.c.id == row.id) & (claims.c.worker == holder) & claims.c.finished_at.is_(None)
+                        & _same_heartbeat(row.heartbeat_at)))
         return holder
 
     @contextlib.contextmanager
-    def holding(self, *, study: str, what: str, key: str, worker: str, interval_s: float) -> Iterator[threading.Event]:
+    def holding(self, *, study: str, what: str, key: str, worker: str, interval_s: float,
+                grace_s: float | None = None) -> Iterator[threading.Event]:
         """While the work of a claim this worker got runs: beat its heartbeat every `interval_s` from a
         daemon thread; on a clean exit mark it finished, on an exception release it for another worker.
 
-        Yields an Event that is set once the claim is no longer this worker's (another worker took it
-        over after our heartbeat stalled): check it before writing the work's result."""
-        where = ((claims.c.study == study) & (claims.c.what == what) & (claims.c.key == key)
-                 & (claims.c.worker == worker) & claims.c.finished_at.is_(None))
+        Yields an Event that is set once the claim may no longer be this worker's: another worker took it
+        over after our heartbeat stalled, or no beat got through for longer than `grace_s` (a database
+        outage: another worker may have taken it meanwhile). Check it before the work's result is
+        written, and write the result with `finish` (which checks ownership in the same transaction)."""
+        where = _held(study=study, what=what, key=key, worker=worker)
         stop, lost = threading.Event(), threading.Event()
 
         def beat() -> None:
+            last_beat = time.monotonic()
             while not stop.wait(interval_s):
                 try:
                     with self.engine.begin() as conn:
                         if conn.execute(update(claims).where(where).values(heartbeat_at=now())).rowcount != 1:
                             lost.set()
                             return
-                except SQLAlchemyError as exc:  # one missed beat; the grace period covers a few
-                    log.warning("claim heartbeat failed: %s", exc)
+                    last_beat = time.monotonic()
+                except SQLAlchemyError as exc:  # a missed beat; the grace period covers a few, no more
+                    silent_s = time.monotonic() - last_beat
+                    log.warning("claim heartbeat failed (%.0f s without a beat): %s", silent_s, exc)
+                    if grace_s is not None and silent_s > grace_s:
+                        lost.set()
+                        return
 
         thread = threading.Thread(target=beat, name="claim-heartbeat", daemon=True)
         thread.start()
@@ -147,12 +160,38 @@ class ResultsDB:
                 conn.execute(update(claims).where(where).values(finished_at=now(), heartbeat_at=now()) if done
                              else delete(claims).where(where))
 
+    def finish(self, *, study: str, what: str, key: str, worker: str,
+               finalist_rows: list[dict[str, Any]]) -> bool:
+        """Write a claimed round's finalist rows and mark the claim finished, in one transaction that first
+        checks the claim is still this worker's: False (nothing written) where it is not. A finished claim is
+        never taken over, so no other worker can write a decision for it after this one."""
+        with self.engine.begin() as conn:
+            held = conn.execute(update(claims).where(_held(study=study, what=what, key=key, worker=worker))
+                                .values(finished_at=now(), heartbeat_at=now())).rowcount == 1
+            if held:
+                for row in finalist_rows:
+                    conn.execute(insert(finalists).values(study=study, round=row["round_"], trial=row["trial"],
+                                                          config_digest=row["config_digest"],
+                                                          decode_tok_per_s=row["decode"],
+                                                          prefill_tok_per_s=row["prefill"], verdict=row["verdict"]))
+            return held
+
     def claim_rows(self, *, study: str) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
             return _rows(conn, select(claims).where(claims.c.study == study).order_by(claims.c.id))
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _held(*, study: str, what: str, key: str, worker: str):
+    """The claim's row while it is `worker`'s and unfinished."""
+    return ((claims.c.study == study) & (claims.c.what == what) & (claims.c.key == key)
+            & (claims.c.worker == worker) & claims.c.finished_at.is_(None))
+
+
+def _same_heartbeat(heartbeat_at):
+    return claims.c.heartbeat_at.is_(None) if heartbeat_at is None else claims.c.heartbeat_at == heartbeat_at
 
 
 def _silent(row, grace_s: float | None) -> bool:

@@ -8,7 +8,9 @@
         ├── PortUnavailable    the server port stays taken by another process: no configuration is to blame
         ├── StorageError       the results database cannot be read or written (corrupt, not a database)
         ├── Unmeasured         a bench result lacks a valid run at some point of the plan
-        │   └── BaselineUnmeasured   ...the baseline's: nothing can be judged, the study stops
+        │   └── BaselineUnmeasured   ...the baseline's (also a BaselineFailed)
+        ├── BaselineFailed     the baseline trial failed (cannot fit, launch, be measured, or be the task
+        │                      reference): nothing can be judged, the study stops
         ├── BaselineNotReady   the baseline must run (again) before this candidate: an outcome, not a failure
         └── ConfirmedElsewhere another worker holds the claim to confirm these finalists: an outcome
 """
@@ -17,7 +19,8 @@ from __future__ import annotations
 
 from tuner_errors import TunerError
 
-__all__ = ["AutoresearchError", "BaselineNotReady", "BaselineUnmeasured", "ConfirmedElsewhere", "ModelSourceError", "PlanError", "PortUnavailable", "StorageError", "StudyError",
+__all__ = ["AutoresearchError", "BaselineFailed", "BaselineNotReady", "BaselineUnmeasured", "ConfirmedElsewhere",
+           "ModelSourceError", "PlanError", "PortUnavailable", "StorageError", "StudyError",
            "Unmeasured"]
 
 
@@ -41,17 +44,25 @@ class Unmeasured(AutoresearchError):
     """An objective point has no valid run; the message names each point and its runs' reasons."""
 
 
-class BaselineUnmeasured(Unmeasured):
-    """The baseline could not be measured, so no candidate can be judged: the study stops.
+class BaselineFailed(AutoresearchError):
+    """The baseline trial failed, so no candidate can be judged: the study stops.
 
-    `constraint` and `outcome` say what the baseline trial records: its speed (`measured`, `unmeasured`)
-    or its task suite (`tasks`, `baseline_tasks_invalid`).
+    `constraint` and `outcome` say what the baseline trial records (autoresearch.outcome.TrialOutcome
+    values): e.g. `fits`/`infeasible`, `launch_ok`/`oom_at_load`, `measured`/`unmeasured`,
+    `tasks`/`baseline_tasks_invalid`.
     """
 
-    def __init__(self, message: str, *, constraint: str = "measured", outcome: str = "unmeasured"):
+    def __init__(self, message: str, *, constraint: str, outcome: str):
         super().__init__(message)
         self.constraint = constraint
         self.outcome = outcome
+
+
+class BaselineUnmeasured(BaselineFailed, Unmeasured):
+    """The baseline's speed (or its task suite) could not be measured."""
+
+    def __init__(self, message: str, *, constraint: str = "measured", outcome: str = "unmeasured"):
+        super().__init__(message, constraint=constraint, outcome=outcome)
 
 
 class PortUnavailable(AutoresearchError):

@@ -115,6 +115,9 @@ def _not_expressed(export: TabbyExport, config: ServingConfig, minimization: Min
         lines.append(f"Measured against the champion ({cost.launches} fresh launches each, interleaved): request time "
                      f"{signed_change(cost.request, time=True)}, decode {signed_change(cost.decode)}, prefill "
                      f"{signed_change(cost.prefill)}; bench's verdict: {cost.verdict}.")
+    elif measured.get("digest"):
+        lines.append(f"Its speed has not been measured: the minimization measured the subset of the minimal champion "
+                     f"(`{measured['digest'][:12]}`), which export writes without --full-champion once it passed the gate.")
     else:
         lines.append("Its speed has not been measured: the minimization measures it when the minimal champion has "
                      "settings TabbyAPI cannot express.")

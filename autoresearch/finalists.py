@@ -39,7 +39,7 @@ from search_space import SearchSpace, config_from_params
 from serving.errors import LaunchError
 
 __all__ = ["Champion", "confirm_finalists", "feasible_front", "judge_finalist", "load_champion", "median_objectives",
-           "select_finalists"]
+           "select_finalists", "settled_trials"]
 
 log = logging.getLogger(__name__)
 _CHAMPION = "champion"
@@ -77,7 +77,7 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
     Raises:
         ConfirmedElsewhere: another worker of the study confirms these same finished trials.
     """
-    trials = _after_running_trials(plan, study)
+    trials = settled_trials(study, poll_s=plan.heartbeat_s)
     stored = load_champion(study)
     if stored is not None and stored.get("trials_at") == len(trials):  # decided, and nothing ran since
         return Champion(**{k: stored[k] for k in Champion.__dataclass_fields__ if k in stored})
@@ -104,8 +104,8 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
     if holder is not None:  # several workers end together: one confirms, on its own GPU
         raise ConfirmedElsewhere(f"worker {holder} confirms the finalists of these {finished} trials; its "
                                  "RESULTS.md names the champion")
-    with db.holding(**claim, interval_s=plan.heartbeat_s) as lost:
-        return _confirm(plan, study, space, db, baseline, finalists, trials, lost, ranking)
+    with db.holding(**claim, interval_s=plan.heartbeat_s, grace_s=plan.grace_s) as lost:
+        return _confirm(plan, study, space, db, baseline, finalists, trials, lost, ranking, claim)
 
 
 def select_finalists(study: optuna.Study, ranking: Ranking, baseline: optuna.trial.FrozenTrial,
@@ -117,12 +117,13 @@ def select_finalists(study: optuna.Study, ranking: Ranking, baseline: optuna.tri
 
 def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: ResultsDB, baseline: optuna.trial.FrozenTrial,
              finalists: list[optuna.trial.FrozenTrial], trials: list[optuna.trial.FrozenTrial],
-             lost: threading.Event, ranking: Ranking) -> Champion | None:
-    """The claimed round: fresh launches of the baseline and the finalists, interleaved, then the decision.
+             lost: threading.Event, ranking: Ranking, claim: dict) -> Champion | None:
+    """The claimed round: fresh launches of the baseline and the finalists, interleaved, then the decision,
+    written in the transaction that checks the claim is still this worker's (ResultsDB.finish).
 
     Raises:
         ConfirmedElsewhere: the claim was taken over while the launches ran (this worker's heartbeat
-            stalled past the grace period); the other worker's round decides, not this one.
+            stalled, or could not reach the database, past the grace period); the other worker decides.
     """
     # a round cut short (the confirming worker killed) left launches but no decision: the next is a new round
     launched = (r["payload"]["round"] for r in db.measurements(study=plan.study_name, kind="finalist_bench"))
@@ -135,15 +136,22 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
             if result is not None:
                 results[t.number].append(result)
 
+    taken_over = ConfirmedElsewhere(f"the claim to confirm round {round_} was taken over while it ran (no "
+                                    f"heartbeat for over {plan.grace_s} s); the worker that took it decides")
     if lost.is_set():
-        raise ConfirmedElsewhere(f"the claim to confirm round {round_} was taken over while it ran (no heartbeat "
-                                 f"for over {plan.grace_s} s); the worker that took it decides")
+        raise taken_over
+    rows: list[dict] = []
+
+    def add_finalist(**row) -> None:
+        rows.append({"round_": round_, **row})
+
     base_runs = results[baseline.number]
     if not base_runs:
         log.error("the baseline could not be measured in any confirmation launch; no champion decided")
-        db.add_finalist(study=plan.study_name, round_=round_, trial=baseline.number,
-                        config_digest=baseline.user_attrs["config_digest"], decode=None, prefill=None,
-                        verdict={"baseline": True, "reason": "no confirmation launch of the baseline was measured"})
+        add_finalist(trial=baseline.number, config_digest=baseline.user_attrs["config_digest"], decode=None,
+                     prefill=None, verdict={"baseline": True, "reason": "no confirmation launch of the baseline was measured"})
+        if not db.finish(**claim, finalist_rows=rows):
+            raise taken_over
         return None
     # launch-to-launch noise: from these launches when there are two, else from the search's baseline
     floor = noise_floor(base_runs[0].samples(), base_runs[1].samples()) if len(base_runs) > 1 else \
@@ -156,19 +164,18 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
         runs = results[t.number]
         verdict = judge_finalist(base_runs, runs, floor=floor, mix=ranking.mix) if runs else \
             {"qualified": False, "reason": "no confirmation launch was measured"}
-        db.add_finalist(study=plan.study_name, round_=round_, trial=t.number, config_digest=t.user_attrs["config_digest"],
-                        decode=verdict.get("decode"), prefill=verdict.get("prefill"), verdict=verdict | where)
+        add_finalist(trial=t.number, config_digest=t.user_attrs["config_digest"], decode=verdict.get("decode"),
+                     prefill=verdict.get("prefill"), verdict=verdict | where)
         if verdict["qualified"] and (best is None or verdict["speedup"] > best.speedup):
             best = Champion(trial=t.number, config=t.user_attrs["config"], decode_tok_per_s=verdict["decode"],
                             prefill_tok_per_s=verdict["prefill"], speedup=verdict["speedup"], is_baseline=False,
                             decode_speedup=verdict["decode_speedup"], prefill_speedup=verdict["prefill_speedup"],
                             ranked_by=verdict["ranked_by"])
-    db.add_finalist(study=plan.study_name, round_=round_, trial=baseline.number,
-                    config_digest=baseline.user_attrs["config_digest"], decode=base_values[0], prefill=base_values[1],
-                    verdict={"baseline": True, "launches": len(base_runs),
-                             "noise_floor": floor.to_dict() if floor else None,
-                             "noise_floor_from": "these launches" if len(base_runs) > 1 else "the search's baseline"}
-                    | where)
+    add_finalist(trial=baseline.number, config_digest=baseline.user_attrs["config_digest"], decode=base_values[0],
+                 prefill=base_values[1], verdict={"baseline": True, "launches": len(base_runs),
+                                                  "noise_floor": floor.to_dict() if floor else None,
+                                                  "noise_floor_from": "these launches" if len(base_runs) > 1
+                                                  else "the search's baseline"} | where)
     if best is None:
         best = Champion(trial=baseline.number, config=baseline.user_attrs["config"], decode_tok_per_s=base_values[0],
                         prefill_tok_per_s=base_values[1], speedup=1.0, is_baseline=True, decode_speedup=1.0,
@@ -177,25 +184,30 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
     else:
         launches = "1 fresh launch" if plan.finalist_launches == 1 else f"{plan.finalist_launches} fresh launches"
         reason = f"confirmed in {launches} against the baseline"
+    if not db.finish(**claim, finalist_rows=rows):  # the claim is checked in the transaction that writes the round
+        raise taken_over
     study.set_user_attr(_CHAMPION, best.__dict__ | {"reason": reason, "round": round_, "trials_at": len(trials),
                                                     "confirmed_by": where})
     return best
 
 
-def _after_running_trials(plan: RunPlan, study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """The study's trials once no other worker is mid-trial, so every worker that ends sees the same set
-    and one confirmation covers all of it. A killed worker's trial stops counting once its heartbeat is
-    stale (Optuna fails it then); waiting is at most one trial's length."""
+def settled_trials(study: optuna.Study, *, poll_s: float) -> list[optuna.trial.FrozenTrial]:
+    """The study's trials once the trials running at the first look have ended, so that workers ending
+    together see the same set and one confirmation covers it. Trials started since are not waited for
+    (other workers go on starting them; a later round covers them), so the wait is at most one trial's
+    length. A killed worker's trial stops counting once its heartbeat is stale (Optuna fails it then)."""
+    waiting: set[int] | None = None
     while True:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # stable since Optuna 2.9
             optuna.storages.fail_stale_trials(study)
         trials = study.get_trials(deepcopy=False)
-        running = [t.number for t in trials if t.state == optuna.trial.TrialState.RUNNING]
-        if not running:
+        running = {t.number for t in trials if t.state == optuna.trial.TrialState.RUNNING}
+        waiting = running if waiting is None else waiting & running
+        if not waiting:
             return trials
-        log.info("waiting for trial(s) %s of other workers before confirming the finalists", running)
-        time.sleep(plan.heartbeat_s)
+        log.info("waiting for trial(s) %s of other workers before confirming the finalists", sorted(waiting))
+        time.sleep(poll_s)
 
 
 def _launch_and_bench(plan: RunPlan, space: SearchSpace, t: optuna.trial.FrozenTrial, round_: int, launch: int,

@@ -11,9 +11,10 @@ import logging
 import optuna
 
 from autoresearch.db import ResultsDB
-from autoresearch.errors import BaselineNotReady, BaselineUnmeasured, ConfirmedElsewhere, PlanError
+from autoresearch.errors import BaselineFailed, BaselineNotReady, ConfirmedElsewhere, PlanError
 from autoresearch.finalists import confirm_finalists, feasible_front
 from autoresearch.logs import log_to_file
+from autoresearch.minimal_champion import minimize_champion
 from autoresearch.plan import RunPlan
 from autoresearch.preflight import preflight
 from autoresearch.progress import Progress
@@ -107,7 +108,7 @@ def _run(plan: RunPlan, space) -> int:
             try:
                 study.optimize(runner, n_trials=None, timeout=plan.hours * 3600 if plan.hours else None,
                                callbacks=callbacks, catch=(BaselineNotReady,), gc_after_trial=True)
-            except BaselineUnmeasured:
+            except BaselineFailed:
                 write_report(plan, study, db, store)  # it says why the study stopped
                 raise
         progress.stage("confirming finalists")
@@ -118,6 +119,12 @@ def _run(plan: RunPlan, space) -> int:
             print(f"finalists: {exc}")
             return 0
         write_report(plan, study, db, store)
+        if champion is not None and plan.minimize and not champion.is_baseline:
+            progress.stage("minimizing the champion")
+            minimization = minimize_champion(plan, study, db, champion)
+            write_report(plan, study, db, store)
+            print(f"minimal champion: {len(minimization.kept)} of {len(minimization.changes)} changes kept "
+                  f"({minimization.launches} launches of at most {minimization.bound})")
     if champion is None:
         log.error("no champion decided: the baseline did not complete or could not be re-measured")
         return 1

@@ -34,8 +34,8 @@ from serving.errors import ConfigError
 __all__ = ["Change", "Cost", "Launch", "Minimization", "MinimizeError", "changes_of", "launch_bound", "minimize", "without"]
 
 log = logging.getLogger(__name__)
-_UNSET = "(exllamav3 default)"
-_RULE = DifferenceRule()  # bench's own  # an EXL3_* variable the config leaves to exllamav3
+_UNSET = "(exllamav3 default)"  # an EXL3_* variable the config leaves to exllamav3
+_RULE = DifferenceRule()  # bench's own
 
 
 class MinimizeError(AutoresearchError):

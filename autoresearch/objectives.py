@@ -59,10 +59,18 @@ def geometric_mean(values: Iterable[float], weights: Iterable[float] | None = No
 
 
 def decode_weights(result: BenchResult) -> dict[str, float]:
-    """Each decode sample key's weight in the decode objective: its kind's workload share."""
+    """Each decode sample key's weight in the decode objective: its kind's workload share (equal weights
+    without a workload). A kind the workload does not weigh is an error, not a weight of its own: a
+    share of 1.0 beside shares that sum to 1 would outweigh every other kind."""
     workload = result.plan.get("workload")
-    shares = workload["weights"] if workload else {}
-    return {str(d.metric(DECODE_RATE)): shares.get(d.kind, 1.0) for d in result.decode}
+    if not workload:
+        return {str(d.metric(DECODE_RATE)): 1.0 for d in result.decode}
+    shares = workload["weights"]
+    missing = sorted({d.kind for d in result.decode} - set(shares))
+    if missing:
+        raise ValueError(f"decode kind(s) {', '.join(missing)} are not in the bench plan's workload "
+                         f"(weights for {', '.join(sorted(shares))}): the result does not match its plan")
+    return {str(d.metric(DECODE_RATE)): shares[d.kind] for d in result.decode}
 
 
 def objective_metrics(result: BenchResult) -> list[str]:

@@ -110,6 +110,9 @@ class RunPlan:
     heartbeat_s: int = 10
     grace_s: int = 60
     storage_shown: str | None = None  # the database a read-only copy (storage_url) was made of
+    minimize: bool = False  # after confirming a champion, remove its changes that do not keep its speed
+    minimize_launches: int = 2  # fresh launches of each configuration per minimization round
+    minimize_max_launches: int | None = None  # cap on the minimization's launches (None: its own bound)
 
     @property
     def storage_label(self) -> str:
@@ -127,6 +130,8 @@ class RunPlan:
             raise PlanError("give --trials N or --hours H (or both): the loop needs a stopping rule")
         if not re.fullmatch(r"[\w.+-]{1,200}", self.study_name):
             raise PlanError(f"--study {self.study_name!r}: use letters, digits and . _ + - only")
+        if self.minimize_launches < 1 or (self.minimize_max_launches is not None and self.minimize_max_launches < 1):
+            raise PlanError("--minimize-launches and --minimize-max-launches must be >= 1")
         if self.finalists < 1 or self.finalist_launches < 1:
             raise PlanError("--finalists and --finalist-launches must be >= 1")
         named = self.bench_plan.workload["sha256"] if self.bench_plan.workload else None
@@ -138,8 +143,33 @@ class RunPlan:
         return self.workdir / self.study_name
 
     @property
+    def measured_settings(self) -> dict[str, object]:
+        """Settings that change what a trial measures, by the flag that sets them: a resumed study refuses
+        any change of them (autoresearch.study), naming the flag, the stored value and the new one.
+
+        In the key instead (the study's identity: model, engine, suite, bench plan and workload, objective
+        definition, baseline, gate, drafter). Neither: what only decides which trials run next or how
+        long (--trials, --hours, --seed, --enqueue, --port, --finalists, --finalist-launches, --heartbeat,
+        --grace, the startup timeout). --pin changes the baseline and the search space; --vram and
+        --emulate-vram which configurations fit and what a server may use; --host-memory-limit the same
+        for the CPU engine; the probe set the fidelity reference; the suite flags the tasks the baseline
+        answered (concurrency too: batching can change the numerics)."""
+        overrides = self.suite_overrides
+        return {
+            "--pin": dict(sorted(self.pinned.items())),
+            "--vram": self.vram_bytes,
+            "--emulate-vram": self.emulate_vram,
+            "--host-memory-limit": self.host_memory_limit_bytes,
+            "the probe set": dataclasses.asdict(self.probe_config),
+            "--suite-limit": overrides.get("limit"),
+            "--suite-max-tokens": overrides.get("max_tokens"),
+            "--suite-tasksets": list(overrides["tasksets"]) if overrides.get("tasksets") else None,
+            "--suite-concurrency": overrides.get("max_concurrent"),
+        }
+
+    @property
     def key(self) -> str:
-        """What a resumed run must share with the stored study."""
+        """What a resumed run must share with the stored study: its identity (see `measured_settings`)."""
         text = f"{self.model.manifest_hash}|{self.engine}|{self.suite}|{self.bench_plan.digest}|{OBJECTIVE_DEFINITION}"
         if self.baseline_changes:  # another baseline is another reference: never mix them in one study
             text += "|baseline:" + json.dumps(self.baseline_changes, sort_keys=True)

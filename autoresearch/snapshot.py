@@ -21,6 +21,7 @@ from autoresearch.db import ResultsDB
 from autoresearch.errors import Unmeasured
 from autoresearch.finalists import feasible_front, load_champion
 from autoresearch.objectives import DECODE_RATE, PREFILL_RATE
+from autoresearch.outcome import TrialOutcome
 from autoresearch.per_kind import DecodeByKind, read_decode_by_kind
 from autoresearch.plan import RunPlan
 from autoresearch.provenance import gpu_uuid
@@ -227,7 +228,7 @@ def _stopped(trials: list[optuna.trial.FrozenTrial], baseline) -> str | None:
     if baseline is not None:
         return None
     failed = [t for t in trials if t.user_attrs.get("role") == "baseline"
-              and t.user_attrs.get("outcome") in ("unmeasured", "baseline_tasks_invalid")]
+              and TrialOutcome.of(t) not in (None, TrialOutcome.BASELINE, TrialOutcome.DUPLICATE)]
     return "; ".join(failed[-1].user_attrs.get("reasons", [])) if failed else None
 
 
@@ -253,7 +254,7 @@ def read_measured(study: optuna.Study, db: ResultsDB, study_name: str, base_cfg:
         headline = bench[-1].get("headline", {})
         keys += [k for k in headline if k not in keys and measured_column(k) is not None]
         fid = [r["payload"]["metrics"] for r in db.measurements(study=study_name, kind="fidelity", trial=t.number)]
-        outcome = "baseline" if t.user_attrs.get("role") == "baseline" else t.user_attrs.get("outcome", t.state.name)
+        outcome = TrialOutcome.BASELINE if t.user_attrs.get("role") == "baseline" else (TrialOutcome.of(t) or t.state.name)
         rows.append(MeasuredRow(trial=t.number, outcome=outcome, speeds=headline, fidelity=fid[-1] if fid else None,
                                 gpu=gpus.get(t.number, "-"), changes=changed_knobs(t.user_attrs.get("config", {}),
                                                                                    base_cfg)))
@@ -451,15 +452,15 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
              for t in feasible_front(study)]
     front.sort(key=lambda r: (r.request_ratio is None, -(r.request_ratio or 0.0), -r.decode))
     first = [FirstTrial(t.number, "--enqueue" if t.user_attrs.get("enqueued") else "lever",
-                        t.user_attrs.get("outcome", t.state.name.lower()),
+                        TrialOutcome.of(t) or t.state.name.lower(),
                         changed_knobs(t.user_attrs.get("config", {}), base_cfg),
                         _request_speedup(mix, base_search, [searched[t.number]] if t.number in searched else []),
                         *(_ratio(v, b) for v, b in zip(t.values or (None, None), base_vals, strict=True)))
              for t in trials if t.user_attrs.get("enqueued") or t.user_attrs.get("lever")]
-    rejected = [(t.number, t.user_attrs["outcome"], "; ".join(t.user_attrs.get("reasons", []))[:300].replace("|", "/"),
+    rejected = [(t.number, TrialOutcome.of(t), "; ".join(t.user_attrs.get("reasons", []))[:300].replace("|", "/"),
                  changed_knobs(t.user_attrs.get("config", {}), base_cfg))
                 for t in trials if t.user_attrs.get("role") != "baseline"
-                and t.user_attrs.get("outcome") not in (None, "passed")]
+                and (outcome := TrialOutcome.of(t)) is not None and outcome.rejected]
     on_front = {r.trial for r in front}
     points = [Point(t.number, t.values[0], t.values[1], feasible(t), t.number in on_front)
               for t in complete if t.values and min(t.values) > 0]

@@ -1,30 +1,34 @@
 """The Optuna study in results.db (or PostgreSQL): create or resume, and keep its invariants.
 
-Resuming checks that the stored study measures the same thing (model, engine, suite, bench plan,
-objective layout): Optuna itself would silently keep old directions. Trials left RUNNING by a
+Resuming checks that the stored study measures the same thing: its key (model, engine, suite, bench
+plan, objective layout, baseline, gate, drafter) and, one by one, the settings that change what a
+trial measures (RunPlan.measured_settings): Optuna itself would silently keep old directions. Trials left RUNNING by a
 killed worker are failed by the heartbeat (stale after the grace period) and retried once with
 the same parameters, so nothing the study decided is lost.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import warnings
+import zlib
 
 import optuna
 import sqlalchemy
 
 from autoresearch.errors import PlanError, StudyError
-from autoresearch.plan import OBJECTIVES, RunPlan
+from autoresearch.plan import OBJECTIVES, RunPlan, worker_name
 from search_space import SearchSpace, baseline_params
 
 __all__ = ["CONSTRAINTS", "baseline_trial_params", "check_enqueued", "constraints_of", "feasible", "open_study",
-           "params_with", "retry_interrupted"]
+           "params_with", "retry_interrupted", "sampler_seed"]
 
 log = logging.getLogger(__name__)
 # Each <= 0 when satisfied. A trial sets them by name (Optuna's trial.set_constraint): the one record.
 CONSTRAINTS = ("fits", "launch_ok", "measured", "fidelity", "tasks")
+_SETTINGS = "settings"  # the study's RunPlan.measured_settings, as its first run stored them
 
 
 def constraints_of(trial: optuna.trial.FrozenTrial) -> list[float]:
@@ -84,6 +88,7 @@ def open_study(plan: RunPlan, space: SearchSpace) -> optuna.Study:
                 f"study {plan.study_name} was made for another model, engine, suite or bench plan "
                 f"(key {stored_key} != {plan.key}); choose another --study name"
             )
+        _check_settings(study, plan)
         if stored_key is None:
             study.set_user_attr("run_key", plan.key)
             study.set_user_attr("model", {"name": plan.model.name, "source": plan.model.source,
@@ -98,9 +103,8 @@ def open_study(plan: RunPlan, space: SearchSpace) -> optuna.Study:
             mark_ranked_by_request_time(study)  # a study stored before it keeps its geometric mean
         optuna.storages.fail_stale_trials(study)
         retry_interrupted(study)
-        # Seeded by how far the study got, so a resumed run does not replay its start-up trials.
         study.sampler = optuna.samplers.TPESampler(
-            seed=plan.seed + len(study.trials), multivariate=True, group=True, constraints_func=constraints_of,
+            seed=sampler_seed(plan.seed, len(study.trials), worker_name()), multivariate=True, group=True, constraints_func=constraints_of,
             n_startup_trials=min(10, max(2, (plan.trials or 10) // 2)),
         )
     if not any(t.user_attrs.get("role") == "baseline" for t in study.get_trials(deepcopy=False)):
@@ -112,6 +116,33 @@ def open_study(plan: RunPlan, space: SearchSpace) -> optuna.Study:
             params = params_with(space, {**plan.baseline_changes, **lever}, flag="a lever")
             study.enqueue_trial(params, user_attrs={"role": "candidate", "lever": lever}, skip_if_exists=True)
     return study
+
+
+def sampler_seed(seed: int, trials: int, worker: str) -> int:
+    """--seed, how far the study got (a resumed run does not replay its start-up trials) and the worker
+    (workers that open a shared study at one trial count would otherwise propose the same trials)."""
+    return (seed + trials + zlib.crc32(worker.encode())) % 2**32
+
+
+def _check_settings(study: optuna.Study, plan: RunPlan) -> None:
+    """Refuse to resume with a setting that changes what was measured (RunPlan.measured_settings).
+
+    A study with no completed trial measured nothing yet (a baseline that could not fit or launch is
+    fixed with another --vram or --pin): it takes this run's settings. So does a study made before
+    settings were stored, with a warning: they cannot be checked."""
+    stored = study.user_attrs.get(_SETTINGS)
+    settings = json.loads(json.dumps(plan.measured_settings))  # as the storage gives it back
+    measured = bool(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+    if stored is None or not measured:
+        if stored is None and measured:
+            log.warning("study %s stored no settings; it continues with this run's: %s", plan.study_name, settings)
+        study.set_user_attr(_SETTINGS, settings)
+        return
+    for name, value in settings.items():
+        if stored.get(name) != value:
+            raise PlanError(f"{name}: study {plan.study_name} was measured with {json.dumps(stored.get(name))}, this "
+                            f"run gives {json.dumps(value)}; resume with the stored value, or start afresh with "
+                            "--study NEW")
 
 
 def retry_interrupted(study: optuna.Study) -> list[int]:

@@ -1,14 +1,16 @@
 """One trial, in stages, cheapest first: feasibility, launch, bench, dominance, fidelity, tasks.
 
-Every exit records what was learned and why it stopped. A configuration that cannot fit, will not
-launch, or fails the gate is a COMPLETE trial with a violated constraint (samplers ignore FAIL
-trials, and would propose it again); one clearly slower than the gated front is PRUNED after its
-speed is stored. Programming errors propagate.
+Every exit records what was learned and why it stopped, as one `TrialOutcome` written where the
+trial ends. A configuration that cannot fit, will not launch, or fails the gate is a COMPLETE trial
+with a violated constraint (samplers ignore FAIL trials, and would propose it again); one clearly
+slower than the gated front is PRUNED after its speed is stored, and so is a duplicate (the
+lowest-numbered trial of a configuration measures it). Programming errors propagate.
 
-The baseline trial is special: it runs the baseline protocol of `autoresearch.baseline` (measured
-first, so that a baseline that cannot be measured stops the study; the fidelity reference and the
-suite's results; a second launch for the noise floors of speed and fidelity) and records it; every
-candidate waits for that evidence and is judged against it. Server info and provenance come from
+The baseline trial is special: it is checked for feasibility like any trial, then runs the baseline
+protocol of `autoresearch.baseline` (measured first; the fidelity reference and the suite's results; a
+second launch for the noise floors of speed and fidelity) and records it. A baseline that fails any
+stage records its reason like any trial and stops the study (BaselineFailed). Every candidate waits
+for its evidence and is judged against it. Server info and provenance come from
 `autoresearch.provenance`, the memory model's calibration from `autoresearch.memory`.
 """
 
@@ -17,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
+import time
+import warnings
 from dataclasses import dataclass, field
 
 import optuna
@@ -29,9 +33,10 @@ from autoresearch.baseline import (
     wait_for_baseline,
 )
 from autoresearch.db import ResultsDB
-from autoresearch.errors import BaselineUnmeasured, Unmeasured
+from autoresearch.errors import BaselineFailed, Unmeasured
 from autoresearch.memory import memory_calibration
 from autoresearch.objectives import NOT_MEASURED, dominated_by, objectives_from_bench
+from autoresearch.outcome import TrialOutcome
 from autoresearch.plan import RunPlan, worker_name
 from autoresearch.progress import Progress
 from autoresearch.provenance import record_provenance, server_info
@@ -68,11 +73,12 @@ __all__ = ["CONSTRAINTS", "TrialRunner"]
 
 log = logging.getLogger(__name__)
 OK, VIOLATED = -1.0, 1.0
+DUPLICATE_POLL_S = 0.2  # how often a trial looks again at a lower-numbered one still choosing its configuration
 
 
 @dataclass
 class _Record:
-    """What a trial learned; written to user_attrs and constraints on every exit path.
+    """What a trial learned; written to user_attrs and constraints once, when the trial ends (`close`).
 
     Only what was measured is recorded: a duplicate records no constraint, a trial stopped at the
     fidelity gate none for the tasks it never ran (`study.feasible` wants every one, satisfied)."""
@@ -80,6 +86,7 @@ class _Record:
     trial: optuna.Trial
     constraints: dict[str, float] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
+    outcome: TrialOutcome | None = None  # set by the stage that ends the trial
 
     def stage(self, name: str) -> None:
         self.trial.set_user_attr("stage", name)
@@ -88,12 +95,19 @@ class _Record:
         self.constraints[constraint] = VIOLATED
         self.reasons.append(reason)
 
-    def close(self, outcome: str) -> None:
+    def end(self, outcome: TrialOutcome, values: tuple[float, float] = NOT_MEASURED) -> tuple[float, float]:
+        self.outcome = outcome
+        return values
+
+    def close(self) -> None:
+        """The trial's one record of how it ended; a trial that ended in no outcome (an error) writes none."""
+        if self.outcome is None:
+            return
         for key, value in self.constraints.items():
             self.trial.set_constraint(key, value)
         # The one record: study.constraints_of lists these for TPE, and Optuna stores that list as the
         # system attr "constraints", the one optuna-dashboard 0.21 draws (not a user attr).
-        self.trial.set_user_attr("outcome", outcome)
+        self.trial.set_user_attr("outcome", self.outcome.value)
         self.trial.set_user_attr("reasons", self.reasons)
 
 
@@ -134,30 +148,29 @@ class TrialRunner:
         trial.set_user_attr("role", role)
         trial.set_user_attr("worker", worker_name())
         trial.set_user_attr("config", config.to_dict())
-        trial.set_user_attr("config_digest", config.digest)
+        trial.set_user_attr("config_digest", config.digest)  # before looking for duplicates: see _original_of
         self.progress.trial_started(trial.number, role, config.digest)
         record = _Record(trial)
-        if role == "baseline":
-            first = self._earlier_baseline(trial)
-            if first is not None:  # two workers starting together both enqueue one
-                trial.set_user_attr("duplicate_of", first)
-                record.reasons.append(f"trial {first} is already the baseline")
-                record.close("duplicate")
-                raise optuna.TrialPruned(f"duplicate of baseline trial {first}")
-            return self._baseline(trial, config, record)
-        return self._candidate(trial, config, record)
+        try:
+            if role == "baseline":
+                return self._baseline(trial, config, record)
+            return self._candidate(trial, config, record)
+        finally:
+            record.close()  # the one place a trial's outcome is written
+
+    def _duplicate(self, trial: optuna.Trial, record: _Record, original: int, reason: str) -> None:
+        trial.set_user_attr("duplicate_of", original)
+        record.reasons.append(reason)
+        record.end(TrialOutcome.DUPLICATE)
+        raise optuna.TrialPruned(f"duplicate of trial {original}")
 
     def _candidate(self, trial: optuna.Trial, config: ServingConfig, record: _Record) -> tuple[float, float]:
-        duplicate = self._duplicate_of(trial, config.digest)
-        if duplicate is not None:
-            trial.set_user_attr("duplicate_of", duplicate)
-            record.reasons.append(f"same configuration as trial {duplicate}")
-            record.close("duplicate")
-            raise optuna.TrialPruned(f"duplicate of trial {duplicate}")
+        original = self._original_of(trial, config.digest)
+        if original is not None:
+            self._duplicate(trial, record, original, f"same configuration as trial {original}")
         self._stage(record, "feasibility")  # first: it needs nothing but the checkpoint's headers
         if not self._fits(trial, config, record):
-            record.close("infeasible")
-            return NOT_MEASURED
+            return record.end(TrialOutcome.INFEASIBLE)
         record.constraints["fits"] = OK
         baseline = self._wait_for_baseline(trial)
 
@@ -173,8 +186,7 @@ class TrialRunner:
                     if failure:  # its runs failed because the server died: a crash, not a slow config
                         record.fail("launch_ok", failure)
                     record.fail("measured", f"unmeasured: {exc}")
-                    record.close("crashed" if failure else "unmeasured")
-                    return NOT_MEASURED
+                    return record.end(TrialOutcome.CRASHED if failure else TrialOutcome.UNMEASURED)
                 record.constraints["measured"] = OK
                 trial.set_user_attr("decode_tok_per_s", decode)
                 trial.set_user_attr("prefill_tok_per_s", prefill)
@@ -182,7 +194,7 @@ class TrialRunner:
                 better = dominated_by(trial.study, (decode, prefill), margin_rel=self._dominance_margin(baseline))
                 if better is not None:
                     record.reasons.append(f"clearly slower than trial {better} on both objectives")
-                    record.close("dominated")
+                    record.end(TrialOutcome.DOMINATED)
                     raise optuna.TrialPruned(f"dominated by trial {better}")
 
                 self._stage(record, "fidelity")
@@ -191,8 +203,7 @@ class TrialRunner:
                                                 label=self._label(trial, config))
                 except EvalError as exc:  # e.g. a context too small for the probes: this config cannot serve them
                     record.fail("fidelity", f"fidelity could not be measured: {exc}")
-                    record.close("fidelity_error")
-                    return decode, prefill
+                    return record.end(TrialOutcome.FIDELITY_ERROR, (decode, prefill))
                 self._measure(trial, config, "fidelity", {"measurement_id": fidelity.measurement_id,
                                                           "metrics": fidelity.metrics})
                 gate = gate_candidate(self.store, model_manifest_hash=self.plan.model.manifest_hash,
@@ -217,8 +228,7 @@ class TrialRunner:
                 failure = self._server_failure(server)
                 if failure:  # the suite's requests died with the server: not the model's answers
                     record.fail("launch_ok", failure)
-                    record.close("crashed")
-                    return NOT_MEASURED
+                    return record.end(TrialOutcome.CRASHED)
                 gate = gate_candidate(self.store, model_manifest_hash=self.plan.model.manifest_hash,
                                       candidate_label=self._label(trial, config), baseline_label=baseline.label,
                                       policy=self.plan.gate_policy, floor=baseline.fidelity_floor,
@@ -226,13 +236,15 @@ class TrialRunner:
                                       candidate_suite=suite)
                 return self._gated(trial, config, record, gate, decode, prefill)
         except LaunchError as exc:
-            record.fail("launch_ok", f"{exc.reason}: {exc}")
-            trial.set_user_attr("failure", exc.reason)
-            trial.set_user_attr("log_tail", exc.log_tail[-3000:])
-            self._measure(trial, config, "launch", {"reason": exc.reason, "message": str(exc),
-                                                     "log_tail": exc.log_tail[-3000:]})
-            record.close(exc.reason)
-            return NOT_MEASURED
+            return self._launch_failed(trial, config, record, exc)
+
+    def _launch_failed(self, trial, config: ServingConfig, record: _Record, exc: LaunchError) -> tuple[float, float]:
+        record.fail("launch_ok", f"{exc.reason}: {exc}")
+        trial.set_user_attr("failure", exc.reason)
+        trial.set_user_attr("log_tail", exc.log_tail[-3000:])
+        self._measure(trial, config, "launch", {"reason": exc.reason, "message": str(exc),
+                                                 "log_tail": exc.log_tail[-3000:]})
+        return record.end(TrialOutcome(exc.reason))
 
     def _gated(self, trial, config, record: _Record, gate, decode: float, prefill: float) -> tuple[float, float]:
         decision = gate.decision
@@ -242,14 +254,12 @@ class TrialRunner:
         if decision.passed:
             record.constraints["fidelity"] = OK
             record.constraints["tasks"] = OK
-            record.close("passed")
-        else:
-            for reason in decision.reasons:
-                record.reasons.append(reason)
-            # the stage that failed; the tasks never ran where fidelity failed
-            record.constraints["fidelity" if decision.failed_stage == "fidelity" else "tasks"] = VIOLATED
-            record.close(f"gate_failed_{decision.failed_stage}")
-        return decode, prefill
+            return record.end(TrialOutcome.PASSED, (decode, prefill))
+        for reason in decision.reasons:
+            record.reasons.append(reason)
+        # the stage that failed; the tasks never ran where fidelity failed
+        record.constraints["fidelity" if decision.failed_stage == "fidelity" else "tasks"] = VIOLATED
+        return record.end(TrialOutcome.gate_failed(decision.failed_stage), (decode, prefill))
 
     def _dominance_margin(self, baseline: BaselineEvidence) -> float:
         """Stop early only beyond the launch-to-launch noise: max(plan margin, 2x the worst speed floor)."""
@@ -260,7 +270,17 @@ class TrialRunner:
     # ---- the baseline (its protocol: autoresearch.baseline) ----
 
     def _baseline(self, trial: optuna.Trial, config: ServingConfig, record: _Record) -> tuple[float, float]:
+        """The baseline protocol; a baseline that fails in any stage ends its trial with the reason and
+        stops the study (BaselineFailed): nothing can be judged against it."""
+        first = self._earlier_baseline(trial)
+        if first is not None:  # two workers starting together both enqueue one
+            self._duplicate(trial, record, first, f"trial {first} is already the baseline")
         label = f"{self.plan.study_name}:baseline"
+        self._stage(record, "feasibility")
+        if not self._fits(trial, config, record):
+            record.end(TrialOutcome.INFEASIBLE)
+            raise BaselineFailed("the baseline cannot run: " + "; ".join(record.reasons), constraint="fits",
+                                 outcome=TrialOutcome.INFEASIBLE)
         record.constraints["fits"] = OK
         self._stage(record, "launch")
 
@@ -285,13 +305,24 @@ class TrialRunner:
                 floor_label=label + "#2", measure=measure,
                 suite=(lambda server, attempt: self._suite(trial, config, server, attempt=attempt)) if self.suite is not None else None,
                 task_policy=self.plan.gate_policy.tasks, stage=lambda name: self._stage(record, name))
-        except BaselineUnmeasured as exc:
+        except BaselineFailed as exc:
             record.fail(exc.constraint, str(exc))
-            record.close(exc.outcome)
+            record.end(TrialOutcome(exc.outcome))
             raise
+        except LaunchError as exc:
+            self._launch_failed(trial, config, record, exc)
+            raise BaselineFailed(f"the baseline could not be launched: {exc.reason}: {exc}", constraint="launch_ok",
+                                 outcome=TrialOutcome(exc.reason)) from exc
+        except EvalError as exc:  # the reference, the noise floor or the suite could not be run on it
+            stage = trial.user_attrs.get("stage", "?")
+            constraint = "tasks" if stage == "tasks" else "fidelity"
+            record.fail(constraint, f"the baseline's {stage} stage failed: {type(exc).__name__}: {exc}")
+            record.end(TrialOutcome.EVAL_ERROR)
+            raise BaselineFailed(record.reasons[-1], constraint=constraint, outcome=TrialOutcome.EVAL_ERROR) from exc
         (decode, prefill, bench), (*_, bench2) = run.measured
         evidence = BaselineEvidence(label=label, reference=run.reference, fidelity_floor=run.fidelity_floor,
-                                    suite=run.suite, bench=bench, speed_floor=noise_floor(bench.samples(), bench2.samples()),
+                                    suite=run.suite, bench=bench,
+                                    speed_floor=noise_floor(bench.samples(), bench2.samples()),
                                     trial_number=trial.number)
         trial.set_user_attr(RATES, objective_rates(bench))
         trial.set_user_attr(REQUEST_SPEEDUP, 1.0)
@@ -300,8 +331,7 @@ class TrialRunner:
         self._measure(trial, config, "fidelity", {"measurement_id": run.fidelity_floor.measurement_id,
                                                   "metrics": run.fidelity_floor.metrics, "role": "noise_floor"})
         record.constraints.update(fidelity=OK, tasks=OK)
-        record.close("baseline")
-        return decode, prefill
+        return record.end(TrialOutcome.BASELINE, (decode, prefill))
 
     def _wait_for_baseline(self, trial: optuna.Trial) -> BaselineEvidence:
         self._stage_name(trial, "waiting for the baseline")
@@ -379,13 +409,11 @@ class TrialRunner:
         name = f"trial-{trial.number:04d}-{config.digest[:12]}" + (f"-{attempt}" if attempt else "")
         run_dir = (self.plan.study_dir / "suites" / name).resolve()
         endpoint = Endpoint(url=server.url)  # run_suite names the served model
-        try:
-            result = run_suite(self.suite, endpoint, store=self.store, label=self._label(trial, config),
-                               model_manifest_hash=self.plan.model.manifest_hash,
-                               overrides=SuiteOverrides(**self.plan.suite_overrides), run_dir=run_dir,
-                               paired_with=paired_with, policy=self.plan.gate_policy.tasks)
-        except EvalError:
-            raise  # missing data or environments: the whole run cannot gate, say so and stop
+        # an EvalError here (missing data or environments) propagates: the whole run cannot gate
+        result = run_suite(self.suite, endpoint, store=self.store, label=self._label(trial, config),
+                           model_manifest_hash=self.plan.model.manifest_hash,
+                           overrides=SuiteOverrides(**self.plan.suite_overrides), run_dir=run_dir,
+                           paired_with=paired_with, policy=self.plan.gate_policy.tasks)
         self._measure(trial, config, "suite", {"suite_run_id": result.suite_run_id, "suite": result.suite,
                                                "tasksets": result.tasksets})
         return result
@@ -408,10 +436,26 @@ class TrialRunner:
                 return other.number
         return None
 
-    def _duplicate_of(self, trial: optuna.Trial, digest: str) -> int | None:
-        for other in trial.study.get_trials(deepcopy=False):
-            if other.number != trial.number and other.user_attrs.get("config_digest") == digest and \
-                    other.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING):
-                return other.number
-        return None
+    def _original_of(self, trial: optuna.Trial, digest: str) -> int | None:
+        """The trial that measures this configuration, when it is not this one: the lowest-numbered live
+        (RUNNING or COMPLETE) trial with the same digest, as for the baseline (`_earlier_baseline`).
 
+        Every trial writes its digest before it looks, and a lower-numbered trial still choosing its
+        configuration is waited for, so of two workers proposing one configuration at the same moment
+        the higher-numbered one always sees the lower one: it is measured exactly once."""
+        live = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
+        while True:
+            lower = [t for t in trial.study.get_trials(deepcopy=False, states=live) if t.number < trial.number]
+            same = [t.number for t in lower if t.user_attrs.get("config_digest") == digest
+                    and t.user_attrs.get("duplicate_of") is None]
+            if same:
+                return min(same)
+            choosing = [t.number for t in lower if t.state == optuna.trial.TrialState.RUNNING
+                        and "config_digest" not in t.user_attrs]
+            if not choosing:
+                return None
+            log.debug("trial %d waits for trial(s) %s to choose their configuration", trial.number, choosing)
+            time.sleep(DUPLICATE_POLL_S)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # stable since Optuna 2.9
+                optuna.storages.fail_stale_trials(trial.study)  # a worker killed while choosing stops counting

@@ -26,7 +26,7 @@ from eval.probes import ProbeSet
 from eval.records import FidelityMetrics, ProbeReference, Reference
 from eval.store import EvalStore
 
-__all__ = ["FidelityMeasurement", "capture_reference", "measure_fidelity"]
+__all__ = ["FidelityMeasurement", "capture_reference", "load_fidelity_measurement", "measure_fidelity"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,11 @@ class FidelityMeasurement:
     metrics: FidelityMetrics
     per_probe: tuple[dict[str, Any], ...]
     elapsed_s: float
+
+
+def load_fidelity_measurement(store: EvalStore, measurement_id: int) -> FidelityMeasurement:
+    """A stored measurement as it was measured (its probes and its time), e.g. a study's noise floor."""
+    return FidelityMeasurement(measurement_id=measurement_id, **store.load_measurement_record(measurement_id))
 
 
 def _server_record(client: CompletionsClient) -> dict[str, Any]:

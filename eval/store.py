@@ -180,13 +180,22 @@ class EvalStore:
                            per_probe=per_probe, elapsed_s=elapsed_s, server=server, **values)
 
     def load_measurement(self, measurement_id: int) -> FidelityMetrics:
+        return _metrics_from_row(self._measurement_row(measurement_id))
+
+    def load_measurement_record(self, measurement_id: int) -> dict[str, Any]:
+        """The stored measurement as it was made: role, label, metrics, per_probe, elapsed_s."""
+        row = self._measurement_row(measurement_id)
+        return {"role": row.role, "label": row.label, "metrics": _metrics_from_row(row),
+                "per_probe": tuple(row.per_probe), "elapsed_s": row.elapsed_s}
+
+    def _measurement_row(self, measurement_id: int) -> Any:
         with self.engine.connect() as conn:
             row = conn.execute(
                 sa.select(fidelity_measurements).where(fidelity_measurements.c.id == measurement_id)
             ).one_or_none()
         if row is None:
             raise EvalConfigError(f"no fidelity measurement with id {measurement_id}")
-        return _metrics_from_row(row)
+        return row
 
     def noise_floors(self, reference_id: int) -> list[tuple[int, FidelityMetrics]]:
         """Every noise-floor measurement against a reference, oldest first."""

@@ -17,11 +17,11 @@ from typing import Any
 
 from search_space.domains import USE_DEFAULT, Categorical, FloatRange, IntRange
 from search_space.knobs import EnvVar, ExlArg, Knob, SpaceContext, TransformersArg, When, knob_is, on_context
+from serving.config import PAGE_TOKENS
 
 __all__ = ["EXL3_KNOBS", "TRANSFORMERS_KNOBS", "catalog_for"]
 
 GiB = 1024**3
-PAGE_TOKENS = 256  # exllamav3 constants.PAGE_SIZE
 
 HYBRID = on_context("the model has Gated DeltaNet (linear-attention) layers", lambda c: c.model.is_hybrid)
 EXL3_WEIGHTS = on_context("the checkpoint is EXL3-quantized", lambda c: c.model.is_exl3)

@@ -46,3 +46,11 @@ def embedded_study(tmp_path_factory, loop_cache) -> StudyRun:
     result = run_loop(cwd, env, "--trials", "3", *FAST)
     assert result.returncode == 0, result.stdout + result.stderr[-5000:]
     return StudyRun(cwd=cwd, env=env, result=result)
+
+
+@pytest.fixture(scope="session")
+def small_model(tmp_path_factory):
+    """A headers-only exllamav3 checkpoint for the stage tests (tests.autoresearch.stage_env)."""
+    from .stage_env import write_small_model
+
+    return write_small_model(tmp_path_factory.mktemp("small-model") / "small")

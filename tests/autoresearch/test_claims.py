@@ -113,3 +113,37 @@ def test_a_claim_written_before_the_heartbeat_column_counts_from_its_creation(tm
     assert db.claim(study="s", worker="host-b:22", grace_s=3600, **CLAIM) == "host-a:11"
     time.sleep(0.3)
     assert db.claim(study="s", worker="host-b:22", grace_s=0.2, **CLAIM) is None
+
+
+def test_a_holder_that_cannot_reach_the_database_past_the_grace_period_treats_its_claim_as_lost(url, study,
+                                                                                                 monkeypatch):
+    """A database outage: every beat fails. Past the grace period another worker may have taken the claim
+    without this one seeing it, so the holder must stop counting it as its own."""
+    holder = ResultsDB(url)
+    assert holder.claim(study=study, worker="host-a:11", **CLAIM) is None
+    engine = holder.engine
+
+    class Outage:
+        def begin(self):
+            raise sa.exc.OperationalError("UPDATE ar_claims", {}, Exception("server closed the connection"))
+
+    with holder.holding(study=study, worker="host-a:11", interval_s=0.05, grace_s=0.3, **CLAIM) as lost:
+        monkeypatch.setattr(holder, "engine", Outage())
+        assert not lost.wait(timeout=0.15), "a missed beat or two is within the grace period"
+        assert lost.wait(timeout=2.0)
+        monkeypatch.setattr(holder, "engine", engine)  # back, for the claim's release below
+
+
+def test_a_holder_checks_the_claim_is_its_own_in_the_transaction_that_writes_its_decision(url, study):
+    holder, other = ResultsDB(url), ResultsDB(url)
+    assert holder.claim(study=study, worker="host-a:11", **CLAIM) is None
+    row = {"round_": 1, "trial": 3, "config_digest": "d" * 64, "decode": 1.0, "prefill": 2.0, "verdict": {}}
+    with other.engine.begin() as conn:  # taken over while the holder was not looking
+        conn.execute(sa.text("UPDATE ar_claims SET worker = 'host-b:22' WHERE study = :s"), {"s": study})
+    assert not holder.finish(study=study, worker="host-a:11", finalist_rows=[row], **CLAIM)
+    assert holder.finalists(study=study) == []
+    assert other.finish(study=study, worker="host-b:22", finalist_rows=[row], **CLAIM)
+    assert [r["trial"] for r in other.finalists(study=study)] == [3]
+    # finished: never taken over, however long its holder is silent
+    time.sleep(0.3)
+    assert holder.claim(study=study, worker="host-a:11", grace_s=0.1, **CLAIM) == "host-b:22"

@@ -133,3 +133,81 @@ def test_export_format_tabbyapi_writes_config_env_and_what_it_cannot_express(tmp
     printed = capsys.readouterr().out
     assert "Not equivalent" in printed and "hybrid_draft_tokens=4" in printed and "prefill_cooldown=3" in printed
     assert "Not equivalent" in (tmp_path / "tabby" / "NOT-EXPRESSED.md").read_text()
+
+
+def _with_minimization(tmp_path, *, gate: dict | None) -> tuple[str, dict]:
+    """The committed study with a minimization of its champion stored, made from scripted launches (test double:
+    drafting is worth 25%, the 8K chunk 4%, every other change nothing)."""
+    import optuna
+
+    from autoresearch.change_costs import MINIMIZATION_ATTR
+    from autoresearch.minimize import Launch, changes_of, minimize
+    from autoresearch.tabbyapi import expressible_subset
+
+    db = tmp_path / "results.db"
+    shutil.copy(EXAMPLE, db)
+    url = f"sqlite:///{db}"
+    study = optuna.load_study(study_name="drafting-eos", storage=url)
+    champion = ServingConfig.from_dict(study.user_attrs["champion"]["config"])
+    baseline = ServingConfig.from_dict(next(t for t in study.trials if t.user_attrs.get("role") == "baseline")
+                                       .user_attrs["config"])
+    n = [0]
+
+    def scripted(config, label):
+        n[0] += 1
+        removed = {c.name for c in changes_of(config, champion)}
+        t = (1.25 if "draft_mode" in removed else 1.0) * (1.04 if "max_chunk_size" in removed else 1.0)
+        t *= 1 + 0.0002 * (-1) ** n[0]
+        return Launch(request_time_s=t, decode_tok_per_s=100 / t, prefill_tok_per_s=1000.0)
+
+    result = minimize(champion, baseline, scripted, launches=2)
+    subset = expressible_subset(result.minimal, hybrid=False)
+    extra = {"gate": gate} if gate else {}
+    extra["tabbyapi_subset"] = {"digest": subset.digest, "cost": {"request": [0.99, 0.98, 1.0], "decode": [0.99, 0.98, 1.0],
+                                                                  "prefill": [1.0, 1.0, 1.0], "verdict": "same",
+                                                                  "launches": 2}}
+    study.set_user_attr(MINIMIZATION_ATTR, result.to_dict() | {"extra": extra})
+    return url, result.to_dict()
+
+
+def test_export_writes_the_minimal_champion_once_it_passed_the_gate(tmp_path, capsys):
+    url, minimization = _with_minimization(tmp_path, gate={"passed": True, "reason": "fidelity within the floor"})
+    out = tmp_path / "champion.json"
+    assert main(["export", "--study", "drafting-eos", "--storage", url, "--out", str(out)]) == 0
+    written = ServingConfig.from_json(out.read_text())
+    assert written == ServingConfig.from_dict(minimization["minimal"])
+    assert (written.args.draft_mode, written.args.max_chunk_size, written.args.prefill_cooldown) == ("ngram", 8192, 4)
+    assert "the minimal champion" in capsys.readouterr().out
+    assert main(["export", "--study", "drafting-eos", "--storage", url, "--out", str(out), "--full-champion"]) == 0
+    assert ServingConfig.from_json(out.read_text()).args.prefill_cooldown == 3
+
+
+def test_an_ungated_minimal_champion_is_not_exported_until_its_gate_is_recorded(tmp_path, capsys):
+    import optuna
+
+    from autoresearch.minimal_champion import record_gate
+
+    url, _ = _with_minimization(tmp_path, gate=None)
+    out = tmp_path / "champion.json"
+    assert main(["export", "--study", "drafting-eos", "--storage", url, "--out", str(out)]) == 0
+    assert ServingConfig.from_json(out.read_text()).args.prefill_cooldown == 3  # the confirmed champion
+    assert "its gate has not been run" in capsys.readouterr().err
+    record_gate(optuna.load_study(study_name="drafting-eos", storage=url), passed=False, reason="KL over the limit")
+    assert main(["export", "--study", "drafting-eos", "--storage", url, "--out", str(out)]) == 0
+    assert "failed the gate: KL over the limit" in capsys.readouterr().err
+    record_gate(optuna.load_study(study_name="drafting-eos", storage=url), passed=True, reason="fidelity kept")
+    assert main(["export", "--study", "drafting-eos", "--storage", url, "--out", str(out)]) == 0
+    assert ServingConfig.from_json(out.read_text()).args.prefill_cooldown == 4  # the minimal champion
+
+
+def test_tabbyapi_export_of_a_minimized_champion_states_the_measured_costs(tmp_path, capsys):
+    url, _ = _with_minimization(tmp_path, gate={"passed": True, "reason": "fidelity within the floor"})
+    assert main(["export", "--study", "drafting-eos", "--storage", url, "--format", "tabbyapi", "--full-champion",
+                 "--out", str(tmp_path / "tabby")]) == 0
+    text = (tmp_path / "tabby" / "NOT-EXPRESSED.md").read_text()
+    assert "`prefill_cooldown=3` -> `4` (no key); removing it alone from the champion: request time +0.0%" in text
+    # the subset measured belongs to the minimal champion, not to the full one exported here: not claimed
+    assert "Its speed has not been measured" in text
+    assert main(["export", "--study", "drafting-eos", "--storage", url, "--format", "tabbyapi",
+                 "--out", str(tmp_path / "minimal")]) == 0
+    assert "TabbyAPI expresses every setting" in (tmp_path / "minimal" / "NOT-EXPRESSED.md").read_text()

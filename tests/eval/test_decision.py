@@ -206,7 +206,7 @@ def test_a_candidate_operational_failure_fails_closed_and_is_not_a_lost_answer()
     failed = dataclasses.replace(cand.episodes[0], ok=False, reward=None, error="timeout: agent_timeout")
     cand = dataclasses.replace(cand, episodes=(failed, *cand.episodes[1:]), failures=1)
     verdict = compare_taskset(base, cand, TaskPolicy())
-    assert not verdict.passed and verdict.lost == 0
+    assert not verdict.passed and (verdict.lost, verdict.gained) == (0, 0)  # neither a lost nor a gained task
     assert verdict.candidate_failures == 1 and "operational failures" in verdict.reasons[0]
     assert compare_taskset(base, cand, TaskPolicy(max_candidate_failures=1)).passed
 

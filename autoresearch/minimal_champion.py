@@ -1,0 +1,148 @@
+"""The loop's minimization of a confirmed champion: real fresh launches, measured by bench, stored and resumable.
+
+autoresearch.minimize decides; this module gives it its measurement: each launch is a fresh server
+measured by bench on the study's plan, timed as the workload's mean request time
+(autoresearch.request_time, the mix of the baseline's bench), and stored in ar_measurements
+(kind `minimize_bench`) under a label unique within the minimization. A loop killed mid-way resumes
+by answering stored labels from the database: the decisions replay, and only the missing launches
+run. When the minimal champion has settings TabbyAPI cannot express, the subset TabbyAPI runs is
+measured too, in fresh launches interleaved with the champion's, so `export --format tabbyapi` can
+state its speed.
+
+Usage:
+    minimization = minimize_champion(plan, study, db, champion)   # None: the baseline is the champion
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import secrets
+
+import optuna
+
+from autoresearch.change_costs import MINIMIZATION_ATTR
+from autoresearch.db import ResultsDB
+from autoresearch.errors import Unmeasured
+from autoresearch.finalists import Champion
+from autoresearch.minimize import Launch, Minimization, judge, minimize
+from autoresearch.objectives import objectives_from_bench
+from autoresearch.plan import RunPlan
+from autoresearch.request_time import RequestMix
+from autoresearch.servers import serve
+from autoresearch.tabbyapi import expressible_subset, to_tabbyapi
+from bench import BenchError, BenchResult, run_bench
+from openai_client import ClientError, Endpoint
+from serving.config import ServingConfig
+from serving.errors import LaunchError
+
+__all__ = ["KIND", "minimize_champion", "record_gate"]
+
+log = logging.getLogger(__name__)
+KIND = "minimize_bench"
+
+
+class _Launcher:
+    """measure(config, label) for autoresearch.minimize: a stored launch of that label, or a fresh one."""
+
+    def __init__(self, plan: RunPlan, db: ResultsDB, mix: RequestMix, key: str):
+        self.plan, self.db, self.mix, self.key = plan, db, mix, key
+        rows = db.measurements(study=plan.study_name, kind=KIND)
+        self.stored = {r["payload"]["label"]: r["payload"] for r in rows if r["payload"].get("minimization") == key}
+
+    def __call__(self, config: ServingConfig, label: str) -> Launch | None:
+        payload = self.stored.get(label)
+        if payload is not None and payload["config_digest"] == config.digest:
+            return self._launch(BenchResult.from_dict(payload["bench"]), label) if payload["bench"] else None
+        result = self._bench(config, label)
+        self.db.add_measurement(study=self.plan.study_name, trial=None, kind=KIND, config_digest=config.digest,
+                                payload={"minimization": self.key, "label": label, "config_digest": config.digest,
+                                         "bench": result.to_dict() if result else None},
+                                launch=int(label.rsplit("/", 1)[-1]))
+        return self._launch(result, label) if result else None
+
+    def _bench(self, config: ServingConfig, label: str) -> BenchResult | None:
+        safe = label.replace("/", "-")
+        log_path = self.plan.study_dir / "logs" / f"minimize-{self.key[:8]}-{safe}.log"
+        try:
+            with serve(model_dir=self.plan.model.path, config=config, log_path=log_path,
+                       pid_dir=self.plan.study_dir / "servers", port=self.plan.port,
+                       vram_limit_bytes=self.plan.vram_bytes if self.plan.emulate_vram else None,
+                       host_memory_limit_bytes=self.plan.host_memory_limit_bytes,
+                       startup_timeout_s=self.plan.startup_timeout_s) as server:
+                return run_bench(dataclasses.replace(self.plan.bench_plan, salt=secrets.token_hex(4)),
+                                 Endpoint(url=server.url), workload=self.plan.workload)
+        except (LaunchError, BenchError, ClientError) as exc:
+            log.warning("minimization launch %s failed: %s", label, exc)
+            return None
+
+    def _launch(self, result: BenchResult, label: str) -> Launch | None:
+        try:
+            decode, prefill = objectives_from_bench(result)
+            return Launch(request_time_s=self.mix.time_s(result.headline()), decode_tok_per_s=decode,
+                          prefill_tok_per_s=prefill)
+        except Unmeasured as exc:  # a launch with a point unmeasured does not count, as for the finalists
+            log.warning("minimization launch %s unmeasured: %s", label, exc)
+            return None
+
+
+def _baseline_mix(study: optuna.Study, db: ResultsDB, plan: RunPlan) -> tuple[ServingConfig, RequestMix]:
+    baseline = next(t for t in study.get_trials(deepcopy=False)
+                    if t.user_attrs.get("role") == "baseline" and t.state == optuna.trial.TrialState.COMPLETE)
+    rows = [r for r in db.measurements(study=plan.study_name, kind="bench", trial=baseline.number) if r["launch"] == 0]
+    if not rows:
+        raise Unmeasured(f"the baseline (trial {baseline.number}) has no stored bench record to take the workload's "
+                         "requests from")
+    return ServingConfig.from_dict(baseline.user_attrs["config"]), RequestMix.from_record(rows[0]["payload"])
+
+
+def minimize_champion(plan: RunPlan, study: optuna.Study, db: ResultsDB, champion: Champion) -> Minimization | None:
+    """Minimize the confirmed champion once (stored in the study; a resumed loop replays its stored launches).
+
+    Raises:
+        autoresearch.minimize.MinimizeError: the champion could not be measured in some round.
+        Unmeasured: the baseline's bench record is missing.
+    """
+    if champion.is_baseline:
+        return None
+    config = ServingConfig.from_dict(champion.config)
+    stored = study.user_attrs.get(MINIMIZATION_ATTR)
+    if stored and stored.get("champion_digest") == config.digest:
+        return Minimization.from_dict(stored)
+    baseline, mix = _baseline_mix(study, db, plan)
+    key = config.digest
+    measure = _Launcher(plan, db, mix, key)
+    launches = plan.minimize_launches
+    result = minimize(config, baseline, measure, launches=launches, max_launches=plan.minimize_max_launches)
+    extra = dict(result.extra)
+    if result.minimal.digest == config.digest:  # nothing removed: the confirmed champion, already gated
+        extra["gate"] = {"passed": True, "reason": "the minimal champion is the confirmed champion"}
+    hybrid = any(t.user_attrs.get("role") == "baseline" and "cache_slots" in t.params for t in study.trials)
+    if config.engine == "exllamav3" and not to_tabbyapi(result.minimal, model_path=plan.model.path,
+                                                        hybrid=hybrid).equivalent:
+        subset = expressible_subset(result.minimal, hybrid=hybrid)
+        champ, runs = [], []
+        for i in range(launches):
+            champ.append(measure(config, f"tabbyapi/champion/{i}"))
+            runs.append(measure(subset, f"tabbyapi/subset/{i}"))
+        champ, runs = [x for x in champ if x], [x for x in runs if x]
+        extra["tabbyapi_subset"] = {"digest": subset.digest,
+                                    "cost": judge(champ, runs).to_dict() if champ and runs else None}
+    result = dataclasses.replace(result, extra=extra)
+    study.set_user_attr(MINIMIZATION_ATTR, result.to_dict() | {"champion_digest": config.digest,
+                                                               "request_mix": mix.to_dict()})
+    return result
+
+
+def record_gate(study: optuna.Study, *, passed: bool, reason: str) -> None:
+    """Store the minimal champion's gate verdict (it is judged like any candidate); export writes it once passed.
+
+    Raises:
+        ValueError: the study has no minimization to record a verdict for.
+    """
+    stored = study.user_attrs.get(MINIMIZATION_ATTR)
+    if not stored:
+        raise ValueError("the study has no minimal champion: nothing to record a gate verdict for")
+    stored = dict(stored)
+    stored["extra"] = {**stored.get("extra", {}), "gate": {"passed": passed, "reason": reason}}
+    study.set_user_attr(MINIMIZATION_ATTR, stored)

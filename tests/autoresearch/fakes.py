@@ -1,0 +1,121 @@
+"""Test doubles at the loop's outside boundaries, named as such: the launcher and bench's measurements.
+
+`FakeLauncher` stands in for `autoresearch.servers.serve` (no process starts) and for `bench.run_bench`
+(each launch's bench result is scripted from the speeds the test gives its configuration), in the
+trial runner and the finalists' confirmation alike. Everything else is real: Optuna, the stage
+machine, the results database, the memory model. A fake server answers nothing over HTTP (its URL
+is a closed port), so a stage that talks to it (fidelity, the suite, /v1/server_info) fails as it
+would against a server that does not answer.
+
+Usage:
+    launcher = FakeLauncher(speeds={"*": (100.0, 1000.0)}).install(monkeypatch)
+    study.optimize(runner, n_trials=1)
+    launcher.launches   # the configurations launched, in order
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench import BenchPlan, BenchResult, DecodePoint, PrefillPoint, RequestResult, RequestSpec, ServerProfile
+from serving.config import ServingConfig
+from serving.errors import LaunchError
+
+CLOSED_URL = "http://127.0.0.1:9"  # the discard port: nothing listens, a connection is refused at once
+Speeds = tuple[float, float]  # (decode tok/s, prefill tok/s) at every point
+
+
+def _spec(point: str, prompt_tokens: int, max_tokens: int, kind: str = "math") -> RequestSpec:
+    return RequestSpec(purpose="measure", point=point, prompt_kind=kind, target_prompt_tokens=prompt_tokens,
+                       prompt_chars=4 * prompt_tokens, prompt_sha256="0" * 64, max_tokens=max_tokens, ignore_eos=True)
+
+
+def _prefill_run(tokens: int, rate: float) -> RequestResult:
+    seconds = tokens / rate
+    return RequestResult(spec=_spec("prefill", tokens, 1), ok=True, started_at_unix_s=0.0, latency_s=seconds + 0.08,
+                         ttft_s=seconds + 0.07, finish_s=seconds + 0.07, prompt_tokens=tokens, completion_tokens=1,
+                         cached_tokens=0, server_prefill_s=seconds)
+
+
+def _decode_run(context: int, kind: str, output_tokens: int, rate: float | None) -> RequestResult:
+    """`output_tokens` at `rate` tok/s, one per chunk; None: a run that ended short (invalid)."""
+    gap = 1.0 / (rate or 100.0)
+    return RequestResult(spec=_spec("decode", context, output_tokens, kind), ok=True, started_at_unix_s=0.0,
+                         latency_s=1.0, ttft_s=0.1, finish_s=0.1 + gap * (output_tokens - 1),
+                         itl_s=(gap,) * (output_tokens - 1), text_chunks=output_tokens, finish_reason="length",
+                         prompt_tokens=context, completion_tokens=output_tokens, cached_tokens=0,
+                         invalid_reason=None if rate else f"completion of 5 tokens, expected exactly {output_tokens}")
+
+
+def bench_result(plan: BenchPlan, decode: float | None, prefill: float, *, runs: int = 3) -> BenchResult:
+    """A scripted bench result on `plan`'s points: every run at the given rates (decode None: unmeasured)."""
+    profile = ServerProfile(url=CLOSED_URL, model="fake", api="chat", max_model_len=None, accepts_ignore_eos=True,
+                            accepts_stream_options=True, reports_cached_tokens=True, reports_timings=True)
+    return BenchResult(
+        plan=plan.to_dict(), server=profile, gpu=None, host={}, started_at="", finished_at="", probes=(),
+        prefill=tuple(PrefillPoint(target_tokens=t, warmups=(), settled=True,
+                                   runs=tuple(_prefill_run(t, prefill) for _ in range(runs)))
+                      for t in plan.prefill_tokens),
+        decode=tuple(DecodePoint(context_tokens=c, kind=k, output_tokens=plan.decode_tokens, warmups=(), settled=True,
+                                 runs=tuple(_decode_run(c, k, plan.decode_tokens, decode) for _ in range(runs)))
+                     for c in plan.decode_context_tokens for k in plan.decode_kinds),
+    )
+
+
+@dataclass
+class FakeServer:
+    """What the loop reads of a launched server: its URL, and whether it died (`died`: the failure)."""
+
+    config: ServingConfig
+    url: str = CLOSED_URL
+    died: LaunchError | None = None
+
+    def check(self) -> LaunchError | None:
+        return self.died
+
+
+@dataclass
+class FakeLauncher:
+    """The launcher and bench, scripted per configuration digest ("*": any other configuration).
+
+    `speeds[digest]` is (decode, prefill) tok/s, or a list of them, one per launch of that configuration;
+    `fails[digest]` a LaunchError its launches raise; `dies[digest]` one its server reports after bench."""
+
+    speeds: dict[str, Speeds | list[Speeds] | None] = field(default_factory=lambda: {"*": (100.0, 1000.0)})
+    fails: dict[str, LaunchError] = field(default_factory=dict)
+    dies: dict[str, LaunchError] = field(default_factory=dict)
+    launches: list[ServingConfig] = field(default_factory=list)
+    benched: list[str] = field(default_factory=list)  # the digests bench measured, in order
+    on_launch: Callable[[ServingConfig], None] | None = None
+
+    def install(self, monkeypatch) -> FakeLauncher:
+        for module in ("autoresearch.trial", "autoresearch.finalists"):
+            monkeypatch.setattr(f"{module}.serve", self.serve)
+            monkeypatch.setattr(f"{module}.run_bench", self.run_bench)
+        monkeypatch.setattr("autoresearch.trial.server_info", lambda url: None)  # a fake server has no info
+        return self
+
+    @contextlib.contextmanager
+    def serve(self, *, config: ServingConfig, **_: Any) -> Iterator[FakeServer]:
+        self.launches.append(config)
+        if self.on_launch is not None:
+            self.on_launch(config)
+        if config.digest in self.fails:
+            raise self.fails[config.digest]
+        yield FakeServer(config=config, died=self.dies.get(config.digest))
+
+    def run_bench(self, plan: BenchPlan, endpoint, workload=None) -> BenchResult:
+        config = self.launches[-1]
+        self.benched.append(config.digest)
+        speeds = self.speeds.get(config.digest, self.speeds.get("*"))
+        if isinstance(speeds, list):
+            speeds = speeds[sum(d == config.digest for d in self.benched) - 1]
+        decode, prefill = speeds if speeds is not None else (None, 1000.0)
+        return bench_result(dataclasses.replace(plan), decode, prefill)
+
+    def launched(self, digest: str) -> int:
+        return sum(c.digest == digest for c in self.launches)

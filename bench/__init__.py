@@ -22,16 +22,8 @@ from bench.corpus import KINDS, PromptKind
 from bench.errors import BenchConfigError, BenchError, CorpusError, MissingMetric
 from bench.ladder import mark_stalls, run_bench, validate_run
 from bench.plan import BenchPlan
-from bench.records import (
-    BenchResult,
-    DecodePoint,
-    GpuIdentity,
-    GpuWindow,
-    PrefillPoint,
-    RequestResult,
-    RequestSpec,
-    ServerProfile,
-)
+from bench.records import BenchResult, DecodePoint, GpuIdentity, PrefillPoint, ServerProfile
+from bench.runs import GpuWindow, RequestResult, RequestSpec
 from bench.stats import (
     Comparison,
     DifferenceRule,

@@ -26,15 +26,8 @@ from bench.corpus import PromptKind
 from bench.errors import BenchConfigError
 from bench.plan import BenchPlan
 from bench.prompts import Prompt, PromptSource, TokenScale
-from bench.records import (
-    BenchResult,
-    DecodePoint,
-    PrefillPoint,
-    Purpose,
-    RequestResult,
-    RequestSpec,
-    ServerProfile,
-)
+from bench.records import BenchResult, DecodePoint, PrefillPoint, ServerProfile
+from bench.runs import Purpose, RequestResult, RequestSpec
 from bench.stats import is_settled, summarize
 from bench.telemetry import GpuMonitor
 from bench.timing import timed_stream
@@ -44,7 +37,7 @@ from bench.validity import mark_stalls, prefill_rate, size_error, validate_run
 from bench.workload import Workload
 from openai_client import Client, Endpoint, ProtocolError, ServerRejected, ServerUnreachable, build_body
 
-__all__ = ["mark_stalls", "run_bench", "validate_run"]  # the last two live in bench.validity
+__all__ = ["mark_stalls", "run_bench", "validate_run", "wait_until_loaded"]  # mark_stalls, validate_run live in bench.validity
 
 log = logging.getLogger(__name__)
 LOAD_WAIT_S = 900.0  # a 27B loads in minutes; the launcher's own start-up limit is the same

@@ -1,11 +1,9 @@
-"""Frozen records of a bench run: one request, one ladder point, one whole run.
+"""Frozen records of a bench run: one ladder point, one whole run (one request: bench.runs).
 
 Records hold raw observations; rates and summaries are derived properties, so a stored record can
 always be recomputed. `to_dict()` gives JSON-able dicts (derived values included, for results.db
-and people); `from_dict()` reads them back (derived values are ignored and recomputed).
-
-Why one module of ~500 lines: the records, their derived rates and their (de)serialization are one
-schema; split, a field added to a record would have to be added in two files in step.
+and people); `from_dict()` reads them back through the one serializer (`results.jsonable`), which
+skips the derived values: a field added to a record is read back with no second spelling.
 
 Usage:
     result.prefill[0].prefill_tok_per_s_client.median
@@ -15,48 +13,20 @@ Usage:
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import statistics
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from bench.corpus import PromptKind
 from bench.metrics import DECODE_RATES, PREFILL_RATES, Metric, Rate
+from bench.runs import RequestResult
 from bench.stats import Summary, drift_rel, summarize
 from openai_client import Api
+from results.jsonable import from_jsonable, to_jsonable
 
-__all__ = [
-    "BenchResult",
-    "DecodePoint",
-    "GpuIdentity",
-    "GpuWindow",
-    "PrefillPoint",
-    "RequestResult",
-    "RequestSpec",
-    "ServerProfile",
-    "decode_tok_per_s",
-    "plan_digest",
-]
-
-Purpose = Literal["probe", "warmup", "measure"]
-
-
-def decode_tok_per_s(tokens: int | None, itl_s: Sequence[float]) -> float | None:
-    """The project's one decode rate: tokens after the first two over the span from the second to the last.
-
-    `itl_s` are the gaps between successive arrivals (text chunks, or tokens). The span starts at the
-    second arrival because the first may be template text sent before prefill ends; exact when each
-    arrival is one token, and when the first is template text it counts one token too few (-0.4 % at
-    256 tokens), never too many. None: fewer than three tokens, or no time between them.
-    """
-    span_s = sum(itl_s[1:])
-    if tokens is None or tokens < 3 or span_s <= 0:
-        return None
-    return (tokens - 2) / span_s
-
+__all__ = ["BenchResult", "DecodePoint", "GpuIdentity", "PrefillPoint", "ServerProfile", "plan_digest"]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GpuIdentity:
@@ -70,156 +40,6 @@ class GpuIdentity:
     power_limit_w: float | None
     max_sm_clock_mhz: int | None
     max_mem_clock_mhz: int | None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class GpuWindow:
-    """GPU state over one request, from NVML samples taken while it ran."""
-
-    samples: int
-    sm_clock_mhz_min: int
-    sm_clock_mhz_max: int
-    mem_clock_mhz_min: int
-    mem_clock_mhz_max: int
-    power_w_mean: float | None
-    power_w_max: float | None
-    temperature_c_max: int
-    utilization_pct_mean: float | None
-    memory_used_bytes_max: int
-    throttle_reasons: tuple[str, ...]  # union over the samples, benign reasons left out
-    compute_processes_max: int | None = None  # more than the server's one: the GPU was shared
-
-    @property
-    def is_throttled(self) -> bool:
-        return bool(self.throttle_reasons)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RequestSpec:
-    """What one request asked for; `prompt_sha256` shows that no two prompts were the same."""
-
-    purpose: Purpose
-    point: str  # "prefill@8192", "decode@1024/math", or "probe"
-    prompt_kind: PromptKind | str  # "mixed" for prefill study sets; a workload kind's name
-    target_prompt_tokens: int | None
-    prompt_chars: int
-    prompt_sha256: str
-    max_tokens: int
-    ignore_eos: bool  # whether the field was sent
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RequestResult:
-    """One streamed request as the client saw it. A failed request is data: ok False plus error."""
-
-    spec: RequestSpec
-    ok: bool
-    error: str | None = None
-    http_status: int | None = None
-    started_at_unix_s: float
-    latency_s: float  # request sent -> stream closed
-    ttft_s: float | None = None  # request sent -> first chunk with generated text
-    finish_s: float | None = None  # request sent -> the chunk carrying finish_reason
-    itl_s: tuple[float, ...] = ()  # gaps between successive text chunks
-    text_chunks: int = 0
-    finish_reason: str | None = None
-    prompt_tokens: int | None = None  # usage, as the server counted
-    completion_tokens: int | None = None
-    cached_tokens: int | None = None  # None: the server does not report it
-    server_queue_s: float | None = None  # usage.timings extension, where reported
-    server_prefill_s: float | None = None
-    server_decode_s: float | None = None
-    # usage.speculative extension (this project's server), where reported: drafted tokens the model
-    # accepted and rejected in this request; drafted = accepted + rejected. None: not reported
-    spec_accepted_tokens: int | None = None
-    spec_rejected_tokens: int | None = None
-    gpu: GpuWindow | None = None
-    invalid_reason: str | None = None  # set by the ladder: why this run does not count
-
-    @property
-    def is_valid(self) -> bool:
-        return self.ok and self.invalid_reason is None
-
-    @property
-    def prefill_time_client_s(self) -> float | None:
-        """The client's prefill time: TTFT, or for a one-token request the time its stream finished.
-
-        A one-token request is done when its only token is out, so its finish time is its TTFT, and
-        unlike the first text chunk it cannot be flattered by servers that stream template text
-        before the model's first token (`transformers serve` sends the opening reasoning "\\n" of a
-        thinking template at once).
-        """
-        if self.spec.max_tokens == 1 and self.finish_s is not None:
-            return self.finish_s
-        return self.ttft_s
-
-    @property
-    def decode_span_s(self) -> float:
-        """Second text chunk -> last text chunk: the client's view of decode time.
-
-        It starts at the second chunk because the first may be template text sent before prefill
-        ends (see prefill_time_client_s); decode_tok_per_s_client counts the tokens after it.
-        """
-        return sum(self.itl_s[1:])
-
-    @property
-    def spec_drafted_tokens(self) -> int | None:
-        if self.spec_accepted_tokens is None or self.spec_rejected_tokens is None:
-            return None
-        return self.spec_accepted_tokens + self.spec_rejected_tokens
-
-    @property
-    def new_prompt_tokens(self) -> int | None:
-        if self.prompt_tokens is None:
-            return None
-        return self.prompt_tokens - (self.cached_tokens or 0)
-
-    @property
-    def prefill_tok_per_s_client(self) -> float | None:
-        """Uncached prompt tokens over the client's prefill time (includes HTTP and queueing)."""
-        n, t = self.new_prompt_tokens, self.prefill_time_client_s
-        return n / t if n and t else None
-
-    @property
-    def prefill_tok_per_s_server(self) -> float | None:
-        n = self.new_prompt_tokens
-        return n / self.server_prefill_s if n and self.server_prefill_s else None
-
-    @property
-    def decode_tok_per_s_client(self) -> float | None:
-        """Completion tokens after the first two over the second-to-last text chunk span (`decode_tok_per_s`)."""
-        return decode_tok_per_s(self.completion_tokens, self.itl_s)
-
-    @property
-    def decode_tok_per_s_server(self) -> float | None:
-        """Completion tokens over the server's own decode time (its definition of decode_s)."""
-        if not self.completion_tokens or not self.server_decode_s:
-            return None
-        return self.completion_tokens / self.server_decode_s
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        for name in (
-            "prefill_tok_per_s_client",
-            "prefill_tok_per_s_server",
-            "decode_tok_per_s_client",
-            "decode_tok_per_s_server",
-            "spec_drafted_tokens",
-        ):
-            d[name] = getattr(self, name)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RequestResult:
-        known = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in d.items() if k in known}
-        kw["spec"] = RequestSpec(**kw["spec"])
-        kw["itl_s"] = tuple(kw.get("itl_s", ()))
-        if kw.get("gpu") is not None:
-            gpu = dict(kw["gpu"])
-            gpu["throttle_reasons"] = tuple(gpu["throttle_reasons"])
-            kw["gpu"] = GpuWindow(**gpu)
-        return cls(**kw)
 
 
 def plan_digest(plan: dict[str, Any]) -> str:
@@ -435,18 +255,6 @@ class ServerProfile:
     reports_speculative: bool | None = None  # usage.speculative seen (the server drafts); None: older record
 
 
-def _points(rows: list[dict[str, Any]], cls: type, keys: tuple[str, ...]) -> tuple[Any, ...]:
-    return tuple(
-        cls(
-            warmups=tuple(RequestResult.from_dict(r) for r in row["warmups"]),
-            runs=tuple(RequestResult.from_dict(r) for r in row["runs"]),
-            settled=row["settled"],
-            **{k: row[k] for k in keys},
-        )
-        for row in rows
-    )
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BenchResult:
     """One bench run against one server: the plan, the server, the GPU, and every point."""
@@ -502,8 +310,8 @@ class BenchResult:
         return {
             "plan": self.plan,
             "plan_digest": plan_digest(self.plan),
-            "server": dataclasses.asdict(self.server),
-            "gpu": dataclasses.asdict(self.gpu) if self.gpu else None,
+            "server": to_jsonable(self.server),
+            "gpu": to_jsonable(self.gpu),
             "host": self.host,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
@@ -517,14 +325,5 @@ class BenchResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BenchResult:
-        return cls(
-            plan=d["plan"],
-            server=ServerProfile(**d["server"]),
-            gpu=GpuIdentity(**d["gpu"]) if d.get("gpu") else None,
-            host=d["host"],
-            started_at=d["started_at"],
-            finished_at=d["finished_at"],
-            probes=tuple(RequestResult.from_dict(r) for r in d["probes"]),
-            prefill=_points(d["prefill"], PrefillPoint, ("target_tokens",)),
-            decode=_points(d["decode"], DecodePoint, ("context_tokens", "kind", "output_tokens")),
-        )
+        """Read back what `to_dict` wrote (its derived values, such as `headline`, are recomputed)."""
+        return from_jsonable(cls, d)

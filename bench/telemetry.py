@@ -23,7 +23,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from bench.errors import BenchConfigError
-from bench.records import GpuIdentity, GpuWindow
+from bench.records import GpuIdentity
+from bench.runs import GpuWindow
 from gpu import DeviceSelectionError, Gpu, GpuInfo, GpuReadError, GpuSample, open_gpu
 
 __all__ = ["GpuMonitor", "GpuSample", "decode_throttle_reasons", "summarize_window"]

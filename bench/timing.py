@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bench.records import RequestResult, RequestSpec
+from bench.runs import RequestResult, RequestSpec
 from openai_client import (
     Client,
     ServerRejected,

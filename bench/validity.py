@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from bench.records import BenchResult, RequestResult, ServerProfile
+from bench.records import BenchResult, ServerProfile
+from bench.runs import RequestResult
 from bench.stats import find_stalls
 
 __all__ = ["DECODE_RATE", "mark_run_stalls", "mark_stalls", "prefill_rate", "size_error", "validate_run"]

@@ -2,7 +2,7 @@
 
 Both sides run the same checkpoint and config in fresh processes, alternating (direct, server,
 direct, server) so drift hits both; each side times a greedy, fixed-length job and rates it with
-bench's one decode formula (`bench.records.decode_tok_per_s`: tokens after the first two over the
+bench's one decode formula (`bench.runs.decode_tok_per_s`: tokens after the first two over the
 span from the second arrival to the last). The server side is read through the project's one
 client (`openai_client`) and timed by bench (`bench.timing`). The ratio of medians is printed; a
 failed or unrateable run stops the check (OverheadError) instead of giving a number.
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-from bench.records import RequestResult, RequestSpec, decode_tok_per_s
+from bench.runs import RequestResult, RequestSpec, decode_tok_per_s
 from bench.timing import timed_stream
 from openai_client import Client, ClientError, Endpoint
 from serving.config import ServingConfig, engine_for_checkpoint

@@ -1,7 +1,7 @@
 """The results store: the schema of everything the project writes beside Optuna's tables.
 
-- `schema`: the tables (ar_* for the loop, eval_* for the gate), `UTCDateTime`, `Json` and
-  `to_jsonable`, the one place records become JSON.
+- `schema`: the tables (ar_* for the loop, eval_* for the gate), `UTCDateTime` and `Json`.
+- `jsonable`: `to_jsonable` and `from_jsonable`, the one serializer of records (bench's too).
 - `migrate`: Alembic migrations with their own version table (`results_alembic_version`).
 - `engine`: engines for SQLite (WAL) and PostgreSQL; a private snapshot of a SQLite file to read.
 
@@ -21,10 +21,11 @@ from sqlalchemy.engine import Engine
 
 from results import schema
 from results.engine import make_engine, readable_storage
+from results.jsonable import from_jsonable, to_jsonable
 from results.migrate import upgrade
-from results.schema import now, to_jsonable
+from results.schema import now
 
-__all__ = ["connect", "make_engine", "now", "readable_storage", "schema", "to_jsonable", "upgrade"]
+__all__ = ["connect", "from_jsonable", "make_engine", "now", "readable_storage", "schema", "to_jsonable", "upgrade"]
 
 
 def connect(url_or_engine: str | Engine) -> Engine:

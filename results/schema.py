@@ -6,45 +6,25 @@ serialize what goes into them.
   (eval.store reads and writes them).
 
 Prefixed names never collide with Optuna's schema. Timestamps are `UTCDateTime` (tz-aware UTC on
-both SQLite and PostgreSQL); structured columns are `Json` (plain JSON, converted by `to_jsonable`
-on the way in: the one place records are serialized). A change here needs a migration in
+both SQLite and PostgreSQL); structured columns are `Json` (plain JSON, converted by `results.jsonable.to_jsonable`
+on the way in: the one serializer of records). A change here needs a migration in
 results/migrations/versions/ (see results/migrate.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-import math
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
-__all__ = ["Json", "UTCDateTime", "metadata", "now", "to_jsonable"]
+from results.jsonable import to_jsonable
+
+__all__ = ["Json", "UTCDateTime", "metadata", "now"]
 
 
 def now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-def to_jsonable(value: Any) -> Any:
-    """Dataclasses, tuples, mappings and paths to plain JSON types; NaN and infinities to None.
-
-    Anything else JSON cannot hold is left as it is, so writing it fails (a programming error,
-    never stored as its repr)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Path):
-        return str(value)
-    return value
 
 
 class UTCDateTime(sa.TypeDecorator):

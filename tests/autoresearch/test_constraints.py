@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
+from autoresearch.outcome import TrialOutcome
 from autoresearch.study import CONSTRAINTS, constraints_of, feasible
 from autoresearch.trial import OK, VIOLATED, TrialRunner, _Record
 from eval.decision import GateDecision
@@ -27,7 +28,8 @@ def test_a_duplicate_records_no_constraint_it_never_measured():
     """Before: a duplicate stored all five constraints as violated (fits too: it was never checked)."""
     def duplicate(record):
         record.reasons.append("same configuration as trial 3")
-        record.close("duplicate")
+        record.end(TrialOutcome.DUPLICATE)
+        record.close()
 
     trial = _finished(duplicate, optuna.trial.TrialState.PRUNED)
     assert set(trial.constraints) & set(CONSTRAINTS) == set()  # Optuna adds the list's entries as '0'..'4'
@@ -47,6 +49,7 @@ def test_a_gate_failure_records_the_stage_that_failed_and_nothing_after_it(faile
         if failed_stage == "tasks":
             record.constraints["fidelity"] = OK
         TrialRunner._gated(runner, record.trial, None, record, gate, 1.0, 2.0)
+        record.close()  # as the runner does where every trial ends
 
     trial = _finished(gated)
     assert trial.constraints[violated] == VIOLATED

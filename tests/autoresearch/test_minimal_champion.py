@@ -87,3 +87,18 @@ def test_a_baseline_champion_is_not_minimized(study_copy):
     baseline = Champion(trial=0, config={"engine": "exllamav3"}, decode_tok_per_s=1.0, prefill_tok_per_s=1.0,
                         speedup=1.0, is_baseline=True)
     assert minimize_champion(plan, study, db, baseline) is None
+
+
+def test_minimize_is_on_with_a_model_off_when_asked_and_its_launch_counts_must_be_positive(tmp_path, monkeypatch):
+    from autoresearch.errors import PlanError
+    from serving.synthetic.exl3 import QWEN38_27B, write_exl3_checkpoint
+
+    checkpoint = write_exl3_checkpoint(tmp_path / "q27", QWEN38_27B, sparse=True)  # headers only: nothing launches
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AUTORESEARCH_CACHE", str(tmp_path / "cache"))
+    argv = ["--model", str(checkpoint), "--suite", "none", "--trials", "3", "--vram", "24GiB"]
+    plan = make_plan(build_parser().parse_args(argv))
+    assert plan.minimize and (plan.minimize_launches, plan.minimize_max_launches) == (2, None)
+    assert not make_plan(build_parser().parse_args([*argv, "--no-minimize"])).minimize
+    with pytest.raises(PlanError, match="--minimize-launches"):
+        make_plan(build_parser().parse_args([*argv, "--minimize-launches", "0"]))

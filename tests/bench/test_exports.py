@@ -15,6 +15,7 @@ MODULES = [
     "plan",
     "prompts",
     "records",
+    "runs",
     "report",
     "stats",
     "telemetry",

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from bench.ladder import validate_run
-from bench.records import BenchResult, DecodePoint, PrefillPoint, RequestResult, RequestSpec, ServerProfile
+from bench.records import BenchResult, DecodePoint, PrefillPoint, ServerProfile
+from bench.runs import RequestResult, RequestSpec
 
 
 def _spec(max_tokens: int) -> RequestSpec:

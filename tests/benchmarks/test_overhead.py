@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.records import RequestResult
+from bench.runs import RequestResult
 from benchmarks.overhead import _measured, _rate, _spec
 
 

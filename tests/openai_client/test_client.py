@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bench.records import RequestSpec
+from bench.runs import RequestSpec
 from bench.timing import timed_stream
 from openai_client import (
     AsyncClient,

@@ -160,7 +160,7 @@ def make_plan(args: argparse.Namespace):
     pinned = _assignments(args.pin, "--pin")
     enqueued = tuple(_assignments(item.split(","), "--enqueue") for item in args.enqueue)
     baseline_changes = _assignments(args.baseline.split(","), "--baseline") if args.baseline else {}
-    overrides = _suite_overrides(args, embedded=model.is_embedded)
+    overrides = _suite_overrides(args, embedded=model.is_embedded, suite=suite)
     # The embedded default's random model answers nothing right: its task tier is a smoke check, and says so.
     # broad's 3-10 tasks per taskset cannot show that nothing was lost: its tier is a guard, and says what it sees.
     gate_policy = _gate_policy(args, mode="guard" if suite == "broad" else "smoke" if model.is_embedded else "judge")
@@ -215,8 +215,9 @@ def _check_flags(args: argparse.Namespace) -> None:
         _token_counts(args, flag)
 
 
-def _suite_overrides(args: argparse.Namespace, *, embedded: bool) -> dict:
-    """The suite changes the flags ask for; the embedded default's tiny model gets a small, short suite."""
+def _suite_overrides(args: argparse.Namespace, *, embedded: bool, suite: str = "offline") -> dict:
+    """The suite changes the flags ask for; the embedded default's tiny model gets short answers, and the
+    offline suite's 600 tasks per taskset shrink to 2 (broad keeps its own sizes: the guard's power is theirs)."""
     overrides: dict = {}
     for flag, key in (("suite_limit", "limit"), ("suite_max_tokens", "max_tokens"),
                       ("suite_concurrency", "max_concurrent")):
@@ -227,7 +228,8 @@ def _suite_overrides(args: argparse.Namespace, *, embedded: bool) -> dict:
     if args.suite_tasksets:
         overrides["tasksets"] = tuple(name.strip() for name in args.suite_tasksets.split(",") if name.strip())
     if embedded:
-        overrides.setdefault("limit", 2)
+        if suite != "broad":
+            overrides.setdefault("limit", 2)
         overrides.setdefault("max_tokens", 48)
     return overrides
 

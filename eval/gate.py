@@ -2,8 +2,10 @@
 
 Tiers run cheapest first. The loop measures fidelity; when `decide_fidelity` fails it calls
 `gate_candidate` with the fidelity evidence alone (the suites are skipped); otherwise it runs the
-suite on the candidate and calls `gate_candidate` with both. Every call stores one eval_decisions
-row with the policy, the verdicts and the ids of the measurements and suite runs it used.
+suite on the candidate and calls `gate_candidate` with both. A call with `save=True` (the default)
+stores one eval_decisions row with the policy, the verdicts and the ids of the measurements and suite
+runs it used; the loop saves one row per candidate, after the last tier that ran, so a candidate that
+passed fidelity and then failed its tasks never leaves a passing row behind.
 
 Usage:
     record = gate_candidate(store, model_manifest_hash=h, candidate_label=digest, baseline_label="baseline",
@@ -14,6 +16,7 @@ Usage:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from eval.decision import GateDecision, GatePolicy, compare_taskset, decide, decide_fidelity
@@ -27,7 +30,7 @@ __all__ = ["GateRecord", "gate_candidate"]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GateRecord:
-    decision_id: int  # the eval_decisions row
+    decision_id: int | None  # the eval_decisions row; None where the decision was not saved
     decision: GateDecision
 
 
@@ -42,8 +45,13 @@ def gate_candidate(
     candidate_fidelity: FidelityMeasurement | None = None,
     baseline_suite: SuiteResult | None = None,
     candidate_suite: SuiteResult | None = None,
+    save: bool = True,
+    planned_tasks: Mapping[str, int | None] | None = None,
+    replace_id: int | None = None,
 ) -> GateRecord:
-    """Decide on whatever tiers have evidence and store the decision.
+    """Decide on whatever tiers have evidence and, with `save`, store the decision (`replace_id`: in place of
+    an earlier row of this candidate). `planned_tasks`: per taskset, the size the power is computed on
+    where the suites hold only the paired prefix a lazy baseline answered (eval.task_decision).
 
     Raises:
         EvalConfigError: half of a tier's evidence is missing, or the suites are not comparable.
@@ -66,13 +74,16 @@ def gate_candidate(
                 base = baseline_suite.taskset(result.name)
             except KeyError as exc:
                 raise EvalConfigError(str(exc)) from None
-            tasksets.append(compare_taskset(base, result, policy.tasks, tasksets=len(baseline_suite.tasksets)))
+            tasksets.append(compare_taskset(base, result, policy.tasks, tasksets=len(baseline_suite.tasksets),
+                                            planned_tasks=(planned_tasks or {}).get(result.name)))
         missing = [t.name for t in baseline_suite.tasksets if t.name not in {r.name for r in candidate_suite.tasksets}]
         if missing and not any(v.decision == "rejected" for v in tasksets):
             raise EvalConfigError(
                 f"the candidate's suite run has no result for {missing}, and no taskset it ran was rejected"
             )
     decision = decide(fidelity=fidelity, tasksets=tasksets)
+    if not save:
+        return GateRecord(decision_id=None, decision=decision)
     decision_id = store.save_decision(
         decision,
         model_manifest_hash=model_manifest_hash,
@@ -86,6 +97,8 @@ def gate_candidate(
         extra_evidence={
             "floor_metrics": floor.metrics if floor else None,
             "candidate_metrics": candidate_fidelity.metrics if candidate_fidelity else None,
+            "planned_tasks": dict(planned_tasks) if planned_tasks else None,
         },
+        replace_id=replace_id,
     )
     return GateRecord(decision_id=decision_id, decision=decision)

@@ -105,5 +105,11 @@ def print_decision(console: Console, label: str, decision: GateDecision) -> None
     for reason in decision.reasons:
         console.print(f"  {reason}", markup=False)
     for v in decision.tasksets:
+        if v.mode == "guard":  # the sign test on every paired task; what it can see, not a claim of no loss
+            drop = "no drop" if v.detectable_drop is None else f"a {v.detectable_drop:.0%} drop"
+            console.print(f"  {v.name}: guard, {v.decision} on {v.paired_tasks} paired tasks, lost {v.lost}, gained "
+                          f"{v.gained}, sign-test p {v.mcnemar_p:.3g} (rejects at <= {v.alpha:.3g}; at --task-power it "
+                          f"catches {drop})", markup=False)
+            continue
         console.print(f"  {v.name}: {v.decision} after {v.tasks_used} of {v.paired_tasks} paired tasks, lost "
                       f"{v.lost}, gained {v.gained}; power {v.power:.0%} at alpha {v.alpha:.3g}", markup=False)

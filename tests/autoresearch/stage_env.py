@@ -11,6 +11,7 @@ Usage:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,9 +69,9 @@ class StageEnv:
 
     @classmethod
     def make(cls, tmp_path: Path, model: ResolvedModel, *, study: optuna.Study | None = None, **plan_kw) -> StageEnv:
-        kw = {"suite": "none", "trials": 20, "vram_bytes": 24 * GIB, **plan_kw}
-        plan = RunPlan(model=model, engine="exllamav3", study_name="stages",
-                       storage_url=f"sqlite:///{tmp_path / 'results.db'}", workdir=tmp_path / "runs",
+        kw = {"suite": "none", "trials": 20, "vram_bytes": 24 * GIB, "study_name": "stages",
+              "storage_url": f"sqlite:///{tmp_path / 'results.db'}", **plan_kw}
+        plan = RunPlan(model=model, engine="exllamav3", workdir=tmp_path / "runs",
                        results_md=tmp_path / "RESULTS.md", bench_plan=default_bench_plan("exllamav3"),
                        probe_config=default_probe_config("exllamav3"), port=0, **kw)
         space = build_space(SpaceContext(engine="exllamav3", model=read_model_info(model.path)), pinned=plan.pinned)
@@ -114,7 +115,8 @@ class StageEnv:
         """The baseline's trial and evidence as a finished baseline leaves them (a one-probe reference)."""
         number = self.add_trial(None, values, role="baseline", outcome="baseline")
         scores = ProbeScores(probe_id="p0", token_logprobs=(-0.1,), top=({3: -0.1},))
-        reference = Reference(model_manifest_hash=self.plan.model.manifest_hash, probe_set_digest="d" * 64, top_k=20,
+        probes = hashlib.sha256(self.plan.study_name.encode()).hexdigest()  # a shared database holds many studies
+        reference = Reference(model_manifest_hash=self.plan.model.manifest_hash, probe_set_digest=probes, top_k=20,
                               probes=(ProbeReference(probe_id="p0", kind="math", prompt_ids=(1, 2),
                                                      continuation_ids=(3,), scores=scores),))
         reference_id = self.store.save_reference(reference, probe_config={}, server={}, label="baseline",

@@ -128,10 +128,13 @@ def test_decoding_until_eos_is_the_plans_and_makes_a_different_study():
 
 
 def test_broad_with_a_model_runs_its_task_tier_as_a_guard_and_refuses_it_as_a_judge(tmp_path, q27, monkeypatch):
+    import autoresearch.__main__ as cli
     from autoresearch.__main__ import build_parser, make_plan
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("AUTORESEARCH_CACHE", str(tmp_path / "cache"))
+    # the preflight (tasksets, data, Docker here?) has tests of its own; this one is about the tier's mode
+    monkeypatch.setattr(cli, "_check_suite_can_run", lambda suite, overrides: None)
     argv = ["--model", str(q27.path), "--trials", "3", "--vram", "24GiB"]
     plan = make_plan(build_parser().parse_args(argv))  # broad is the default suite with --model
     assert (plan.suite, plan.gate_policy.tasks.mode) == ("broad", "guard")

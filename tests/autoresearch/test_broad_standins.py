@@ -40,7 +40,7 @@ def test_broad_runs_on_stand_ins_with_a_guard_and_says_what_it_can_detect(tmp_pa
     assert refused.returncode == 2 and ("Docker is not usable" in refused.stderr or "runtime image" in refused.stderr)
     assert not (run / "runs").exists()
     result = run_loop(run, env, "--suite", "broad", "--suite-runtime", "subprocess", "--trials", "3", "--port", "0",
-                      "--bench-workload", "corpus", "--finalist-launches", "1", timeout=3000)
+                      "--bench-workload", "corpus", "--finalist-launches", "1", "--suite-max-tokens", "16", timeout=3000)
     text = (run / "RESULTS.md").read_text()
     assert "The task tier ran as a guard" in text, result.stderr[-5000:]
     for line in ("**aime25** (3 tasks): **cannot detect any loss**", "**i3-logic** (4 tasks): **cannot detect any loss**",

@@ -19,9 +19,7 @@ def _finished(close, state=optuna.trial.TrialState.COMPLETE) -> optuna.trial.Fro
     study = optuna.create_study(directions=["maximize", "maximize"],
                                 sampler=optuna.samplers.TPESampler(constraints_func=constraints_of))
     trial = study.ask()
-    record = _Record(trial)
-    close(record)
-    record.close()
+    close(_Record(trial))
     study.tell(trial, [1.0, 2.0] if state == optuna.trial.TrialState.COMPLETE else None, state=state)
     return study.trials[0]
 
@@ -31,6 +29,7 @@ def test_a_duplicate_records_no_constraint_it_never_measured():
     def duplicate(record):
         record.reasons.append("same configuration as trial 3")
         record.end(TrialOutcome.DUPLICATE)
+        record.close()
 
     trial = _finished(duplicate, optuna.trial.TrialState.PRUNED)
     assert set(trial.constraints) & set(CONSTRAINTS) == set()  # Optuna adds the list's entries as '0'..'4'
@@ -50,6 +49,7 @@ def test_a_gate_failure_records_the_stage_that_failed_and_nothing_after_it(faile
         if failed_stage == "tasks":
             record.constraints["fidelity"] = OK
         TrialRunner._gated(runner, record.trial, None, record, gate, 1.0, 2.0)
+        record.close()  # as the runner does where every trial ends
 
     trial = _finished(gated)
     assert trial.constraints[violated] == VIOLATED

@@ -121,3 +121,16 @@ def test_the_mode_replaces_the_judge_flag():
     assert not TaskPolicy(mode="smoke").judge and not TaskPolicy(mode="smoke").decides
     with pytest.raises(ValueError, match="task tier mode must be one of judge, guard, smoke"):
         TaskPolicy(mode="gate")
+
+
+def test_the_gate_cli_prints_a_guard_verdict_with_what_it_can_catch():
+    from rich.console import Console
+
+    from eval.decision import decide
+    from eval.report import print_decision
+
+    base, cand = _paired(10)
+    console = Console(record=True, width=200)
+    print_decision(console, "trial-1", decide(tasksets=[compare_taskset(base, cand, GUARD, tasksets=1)]))
+    assert ("mmlu-pro: guard, no loss detected on 10 paired tasks, lost 0, gained 0, sign-test p 1 (rejects at <= "
+            "0.05; at --task-power it catches a 58% drop)") in console.export_text()

@@ -1,6 +1,13 @@
-"""Live progress for people: trial, stage, elapsed and remaining time, best so far.
+"""Live progress for people: a bar and an ETA for the study and the current stage, elapsed, best so far.
 
-A rich Live panel on a terminal; plain log lines otherwise (CI, files). Fed by the loop only.
+A rich Live panel on a terminal (redrawn every second, so "elapsed" ticks between events); plain
+log lines otherwise (CI, files). Fed by the loop only.
+
+The ETAs come from this run's own timings: a stage is expected to take as long as that stage took
+on average in this run's earlier trials, a trial as long as this run's trials did. A planner that
+predicts better (from the plan, before any trial ran) passes `forecast`: `forecast(name)` gives the
+seconds it expects stage `name` (or "trial", a whole trial) to take, or None where it has no
+prediction, and is asked before the measured means.
 """
 
 from __future__ import annotations
@@ -8,30 +15,50 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections import defaultdict
+from collections.abc import Callable
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 
-__all__ = ["Progress"]
+__all__ = ["Forecast", "Progress", "format_duration"]
 
 log = logging.getLogger(__name__)
+Forecast = Callable[[str], "float | None"]  # stage name or "trial" -> expected seconds, None: no prediction
+
+
+def format_duration(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 class Progress:
-    def __init__(self, *, study: str, trials: int | None, hours: float | None, live: bool | None = None):
+    def __init__(self, *, study: str, trials: int | None, hours: float | None, live: bool | None = None,
+                 forecast: Forecast | None = None, clock: Callable[[], float] = time.monotonic):
         self.study = study
         self.trials = trials
-        self.deadline = time.monotonic() + hours * 3600 if hours else None
-        self.started = time.monotonic()
+        self.forecast = forecast
+        self._clock = clock
+        self.started = clock()
+        self.deadline = self.started + hours * 3600 if hours else None
         self.trial: int | None = None
         self.role = ""
         self.stage_name = ""
         self.done = 0
         self.best = "none yet"
+        self._trial_started: float | None = None
+        self._stage_started = self.started
+        self._stage_s: dict[str, list[float]] = defaultdict(list)  # this run's time per stage name
+        self._trial_s: list[float] = []  # this run's time per trial
         self.console = Console(stderr=True)
         use_live = sys.stderr.isatty() if live is None else live
-        self._live = Live(self._render(), console=self.console, refresh_per_second=2) if use_live else None
+        self._live = Live(get_renderable=self._render, console=self.console, refresh_per_second=1) if use_live else None
 
     def __enter__(self) -> Progress:
         if self._live:
@@ -42,39 +69,92 @@ class Progress:
         if self._live:
             self._live.stop()
 
+    # ---- events (from the loop) ----
+
     def trial_started(self, number: int, role: str, digest: str) -> None:
+        self._end_stage()
         self.trial, self.role, self.stage_name = number, role, "start"
+        self._trial_started = self._clock()
         log.info("trial %d (%s) config %s", number, role, digest[:12])
-        self._refresh()
 
     def stage(self, name: str) -> None:
+        self._end_stage()
         self.stage_name = name
-        log.info("trial %s: %s", self.trial, name)
-        self._refresh()
+        eta = self.stage_eta_s()
+        log.info("trial %s: %s%s", self.trial, name, f" (about {format_duration(eta)})" if eta is not None else "")
 
     def trial_finished(self, completed: int, best: str) -> None:
+        self._end_stage()
+        self.stage_name = ""
+        if self._trial_started is not None:
+            self._trial_s.append(self._clock() - self._trial_started)
+            self._trial_started = None
         self.done, self.best = completed, best
-        log.info("trials finished: %d; best so far: %s", completed, best)
-        self._refresh()
+        eta = self.study_eta_s()
+        left = f"; about {format_duration(eta)} left" if eta is not None else ""
+        log.info("trials finished: %d%s; best so far: %s%s", completed,
+                 f" of {self.trials}" if self.trials is not None else "", best, left)
 
-    def _remaining(self) -> str:
-        parts = []
+    # ---- estimates ----
+
+    def expected_s(self, name: str) -> float | None:
+        """How long stage `name` (or "trial") should take: the forecast's, else this run's mean."""
+        predicted = self.forecast(name) if self.forecast is not None else None
+        if predicted is not None:
+            return predicted
+        seen = self._trial_s if name == "trial" else self._stage_s.get(name)
+        return sum(seen) / len(seen) if seen else None
+
+    def stage_eta_s(self) -> float | None:
+        expected = self.expected_s(self.stage_name) if self.stage_name else None
+        return None if expected is None else max(expected - (self._clock() - self._stage_started), 0.0)
+
+    def study_eta_s(self) -> float | None:
+        """Time left: the trials still to run at the expected trial time, capped by --hours' deadline."""
+        left = None
         if self.trials is not None:
-            parts.append(f"{max(self.trials - self.done, 0)} trials")
+            per_trial = self.expected_s("trial")
+            if per_trial is not None:
+                in_flight = self._clock() - self._trial_started if self._trial_started is not None else 0.0
+                left = max(self.trials - self.done, 0) * per_trial - min(in_flight, per_trial)
+                left = max(left, 0.0)
         if self.deadline is not None:
-            parts.append(f"{max(self.deadline - time.monotonic(), 0) / 60:.0f} min")
-        return " / ".join(parts) or "-"
+            until_deadline = max(self.deadline - self._clock(), 0.0)
+            left = until_deadline if left is None else min(left, until_deadline)
+        return left
+
+    def study_fraction(self) -> float | None:
+        if self.trials is not None:
+            return min(self.done / self.trials, 1.0) if self.trials else 1.0
+        if self.deadline is not None:
+            return min((self._clock() - self.started) / (self.deadline - self.started), 1.0)
+        return None
+
+    # ---- drawing ----
+
+    def _end_stage(self) -> None:
+        now = self._clock()
+        if self.stage_name and self.stage_name != "start":
+            self._stage_s[self.stage_name].append(now - self._stage_started)
+        self._stage_started = now
+
+    def _bar(self, fraction: float | None, eta: float | None) -> Group | str:
+        text = f"ETA {format_duration(eta)}" if eta is not None else "ETA: after the first trial"
+        if fraction is None:
+            return text
+        return Group(ProgressBar(total=1.0, completed=fraction, width=40), f"{fraction:.0%}, {text}")
 
     def _render(self) -> Table:
+        now = self._clock()
         table = Table(title=f"autoresearch: {self.study}", show_header=False)
+        table.add_row("study", self._bar(self.study_fraction(), self.study_eta_s()))
         table.add_row("trial", f"{self.trial} ({self.role})" if self.trial is not None else "-")
-        table.add_row("stage", self.stage_name or "-")
-        table.add_row("elapsed", f"{(time.monotonic() - self.started) / 60:.1f} min")
-        table.add_row("remaining", self._remaining())
-        table.add_row("finished trials", str(self.done))
+        expected = self.expected_s(self.stage_name) if self.stage_name else None
+        in_stage = now - self._stage_started
+        stage_bar = self._bar(min(in_stage / expected, 1.0) if expected else None, self.stage_eta_s())
+        table.add_row("stage", Group(f"{self.stage_name or '-'} ({format_duration(in_stage)})", stage_bar)
+                      if expected else f"{self.stage_name or '-'} ({format_duration(in_stage)}; no estimate yet)")
+        table.add_row("elapsed", format_duration(now - self.started))
+        table.add_row("finished trials", str(self.done) + (f" of {self.trials}" if self.trials is not None else ""))
         table.add_row("best so far", self.best)
         return table
-
-    def _refresh(self) -> None:
-        if self._live:
-            self._live.update(self._render())

@@ -154,7 +154,9 @@ def retry_interrupted(study: optuna.Study) -> list[int]:
     interrupted = [t for t in trials if t.state == optuna.trial.TrialState.FAIL
                    and t.user_attrs.get("interrupted_in") == t.number and t.number not in retried]
     for trial in interrupted:
-        optuna.storages.RetryFailedTrialCallback(max_retry=None)(study, trial)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.RetryFailedTrialCallback(max_retry=None)(study, trial)
         log.info("trial %d was interrupted (Ctrl-C): it runs again", trial.number)
     return [t.number for t in interrupted]
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -10,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-FAST = ["--suite-limit", "1", "--suite-max-tokens", "16", "--finalist-launches", "1", "--port", "0"]
+# No --port: the loop's servers take free ports by default (the fixture below holds the README's old 18020)
+FAST = ["--suite-limit", "1", "--suite-max-tokens", "16", "--finalist-launches", "1"]
+OLD_DEFAULT_PORT = 18020
 
 
 @dataclass
@@ -34,6 +38,21 @@ def loop_env(cache: Path) -> dict:
     return {**os.environ, "AUTORESEARCH_CACHE": str(cache), "PYTHONPATH": str(root)}
 
 
+@contextlib.contextmanager
+def holding_port(port: int):
+    """Listen on `port` for the block, as another server would; if something already does, it holds it."""
+    holder = socket.socket()
+    try:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+    except OSError:
+        pass  # taken already: by another program, which is the point
+    try:
+        yield
+    finally:
+        holder.close()
+
+
 @pytest.fixture(scope="session")
 def loop_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("autoresearch-cache")
@@ -43,7 +62,8 @@ def loop_cache(tmp_path_factory) -> Path:
 def embedded_study(tmp_path_factory, loop_cache) -> StudyRun:
     cwd = tmp_path_factory.mktemp("embedded-study")
     env = loop_env(loop_cache)
-    result = run_loop(cwd, env, "--trials", "3", *FAST)
+    with holding_port(OLD_DEFAULT_PORT):  # another program on the port the loop once took by default
+        result = run_loop(cwd, env, "--trials", "3", *FAST)
     assert result.returncode == 0, result.stdout + result.stderr[-5000:]
     return StudyRun(cwd=cwd, env=env, result=result)
 

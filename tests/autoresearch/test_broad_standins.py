@@ -18,6 +18,7 @@ from tests.autoresearch.conftest import loop_env, run_loop
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_broad_runs_on_stand_ins_with_a_guard_and_says_what_it_can_detect(tmp_path, loop_cache):
     prepared = subprocess.run([sys.executable, str(ROOT / "tests" / "broad_standins" / "prepare.py"),

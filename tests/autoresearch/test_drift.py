@@ -284,6 +284,7 @@ def test_readings_come_back_from_the_store_in_time_order(plan, machine, tmp_path
     assert isinstance(DriftWatch(plan, db, space).limits(study), Limits)
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # the shared embedded study first, then two trials and two baseline launches on 2 cores
 def test_a_real_cpu_study_re_measures_its_baseline_and_reports_the_readings(tmp_path, embedded_study):

@@ -31,6 +31,7 @@ def test_the_first_trials_after_the_baseline_are_the_levers_and_results_md_lists
     assert "| 2 | lever |" in section and "`prefill_chunk_size=128`" in section
 
 
+@pytest.mark.long
 def test_lever_table_measures_each_lever_and_the_champion_by_request_time(embedded_study, tmp_path):
     model = resolve_model(None, locks_dir=tmp_path / "locks", cache_dir=Path(embedded_study.env["AUTORESEARCH_CACHE"]))
     env = {**embedded_study.env, "OUT": str(tmp_path / "out"), "ROUNDS": "1", "PYTHONPATH": str(ROOT)}

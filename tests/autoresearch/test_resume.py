@@ -81,6 +81,7 @@ def _wait_for_stage(proc: subprocess.Popen, url: str, log_path, stage: str, min_
     raise AssertionError(f"no trial reached its {stage} stage")
 
 
+@pytest.mark.long
 @pytest.mark.timeout(3600)  # three runs of the loop on 2 shared cores
 def test_ctrl_c_mid_trial_is_one_line_and_the_trial_runs_again_on_resume(tmp_path, loop_cache):
     """Before: Ctrl-C printed ~60 lines of KeyboardInterrupt traceback, and the trial in flight stayed FAIL and

@@ -6,10 +6,12 @@ Usage:
                            [--study NAME] [--storage URL]
     python -m autoresearch export [--study NAME] [--storage URL] [--out champion.json]
     python -m autoresearch report [--study NAME] [--storage URL]
+    python -m autoresearch plan --hours H (--study NAME | --decode-tok-s R --prefill-tok-s R [--answer-tokens N])
+                           # what a night buys, without running: trials, task-tier judgments, power
     python -m autoresearch sweep --model DIR --baseline B.json --candidate NAME=C.json ... --db URL
                            # fidelity only: the baseline protocol, then each candidate in a fresh launch
 
-Exit status: 0 done, 1 the run failed, 2 usage or storage error.
+Exit status: 0 done, 1 the run failed (plan: the night cannot make its claim), 2 usage or storage error.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from autoresearch.errors import AutoresearchError, PlanError, StorageError
+from autoresearch.night import add_rate_arguments
 from eval.policy_args import add_task_policy_arguments, task_policy_from_args
 
 log = logging.getLogger("autoresearch")
@@ -32,8 +35,8 @@ DEFAULT_STORAGE = "sqlite:///results.db"
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m autoresearch", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", nargs="?", default="run", choices=["run", "export", "report", "sweep"],
-                        help="run (default), export, report; sweep has options of its own: "
+    parser.add_argument("command", nargs="?", default="run", choices=["run", "export", "report", "plan", "sweep"],
+                        help="run (default), export, report, plan; sweep has options of its own: "
                         "`python -m autoresearch sweep --help`")
     parser.add_argument("--model", help="model folder, or a Hub id with revision (org/repo@rev); "
                         "absent: the embedded tiny synthetic model on the CPU engine")
@@ -68,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--suite-tasksets", help="run only these tasksets of the suite, comma-separated")
     parser.add_argument("--suite-concurrency", type=int, help="task requests in flight (default: the suite's)")
     add_task_policy_arguments(parser)
+    add_rate_arguments(parser)
     parser.add_argument("--bench-prefill", help="prefill ladder, token counts, e.g. 8192 (default: 8192 on GPU)")
     parser.add_argument("--bench-decode", help="decode contexts, e.g. 1024,8192 (default on GPU)")
     parser.add_argument("--bench-workload", default=None, metavar="suite|corpus|FILE",
@@ -112,6 +116,7 @@ def setup_logging(verbose: bool) -> None:
 
 def make_plan(args: argparse.Namespace):
     from autoresearch.model_source import model_of_study, resolve_model
+    from autoresearch.night import stated_from_args
     from autoresearch.plan import RunPlan, default_probe_config, study_name_for
     from search_space import gpu_memory_bytes, parse_bytes
 
@@ -166,7 +171,8 @@ def make_plan(args: argparse.Namespace):
         host_memory_limit_bytes=parse_bytes(args.host_memory_limit) if args.host_memory_limit else None, port=args.port, seed=args.seed,
         bench_plan=_bench_plan(engine, args, workload), workload=workload, probe_config=default_probe_config(engine), suite_overrides=overrides,
         pinned=pinned, enqueued=enqueued, baseline_changes=baseline_changes, finalists=args.finalists, finalist_launches=args.finalist_launches,
-        heartbeat_s=args.heartbeat, grace_s=args.grace,
+        heartbeat_s=args.heartbeat, grace_s=args.grace, task_tier_scope=args.task_tier_scope,
+        stated_rates=stated_from_args(args),
         startup_timeout_s=300.0 if engine == "transformers" else 900.0,
     )
 
@@ -339,8 +345,25 @@ def _command(args: argparse.Namespace) -> int:
             from exc
 
 
+def _plan_command(args: argparse.Namespace) -> int:
+    """The night plan from a stored study or stated rates: no model, no GPU needed."""
+    from autoresearch.night import plan_command
+
+    stored = _stored_study(args)
+    suite = args.suite or (stored or {}).get("suite") or "offline"
+    if suite == "none":
+        raise PlanError("plan: --suite none has no task tier to plan")
+    policy = _gate_policy(args, judge=True).tasks
+    try:
+        return plan_command(args, _suite_spec(suite, _suite_overrides(args, embedded=False)), policy)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from exc
+
+
 def _run_command(args: argparse.Namespace, shown_storage: str) -> int:
     try:
+        if args.command == "plan":
+            return _plan_command(args)
         plan = make_plan(args)
         if shown_storage != args.storage:
             import dataclasses

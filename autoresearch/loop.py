@@ -14,6 +14,7 @@ from autoresearch.baseline import BaselineNotReady
 from autoresearch.db import ResultsDB
 from autoresearch.errors import BaselineUnmeasured
 from autoresearch.finalists import ConfirmedElsewhere, confirm_finalists, feasible_front
+from autoresearch.night import announce, assumed_rates, forecast_for, study_rates
 from autoresearch.objectives import speedup_score
 from autoresearch.plan import RunPlan
 from autoresearch.progress import Progress
@@ -63,8 +64,25 @@ def run(plan: RunPlan) -> int:
     with Progress(study=plan.study_name, trials=plan.trials, hours=plan.hours) as progress:
         runner = TrialRunner(plan, space, db, store, progress)
 
+        def night(when: str, measured: bool) -> None:
+            if runner.suite is None:
+                return
+            rates = assumed_rates(runner.suite, plan.engine, plan.stated_rates)
+            if measured:
+                rates = study_rates(study, db, runner.suite, rates)
+            forecast = forecast_for(rates, policy=plan.gate_policy.tasks, hours=plan.hours, trials=plan.trials,
+                                    finalists=plan.finalists, finalist_launches=plan.finalist_launches,
+                                    scope=plan.task_tier_scope, judging=plan.gate_policy.tasks.judge)
+            announce(study, forecast, when)
+            progress.set_plan(forecast.stage_s(), forecast.total_s)
+
+        night("night plan before the first trial" if not counted_trials(study) else "night plan on resuming",
+              measured=bool(counted_trials(study)))
+
         def after_trial(study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
             progress.trial_finished(counted_trials(study), _best_line(study))
+            if _trial.user_attrs.get("role") == "baseline" and _trial.state == optuna.trial.TrialState.COMPLETE:
+                night("night plan once the baseline measured its rates", measured=True)
             write_report(plan, study, db, store)
 
         callbacks = [after_trial]

@@ -109,6 +109,8 @@ class RunPlan:
     heartbeat_s: int = 10
     grace_s: int = 60
     storage_shown: str | None = None  # the database a read-only copy (storage_url) was made of
+    task_tier_scope: str = "finalists"  # who the task tier judges (autoresearch.forecast.SCOPES)
+    stated_rates: dict = field(default_factory=dict)  # the night plan's rates the user stated (autoresearch.night)
 
     @property
     def storage_label(self) -> str:

@@ -179,6 +179,7 @@ class StudySnapshot:
     points: list[Point]
     decode_by_kind: DecodeByKind | None = None  # the baseline and the champion on each decode point
     plot: str | None = None  # the Pareto plot's file name, once drawn
+    night_plan: dict | None = None  # the latest night plan (autoresearch.night), as the loop printed it
 
 
 def _gpu_of(details: dict) -> str:
@@ -352,7 +353,8 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
         provenance=_read_provenance(plan, db), points=points,
         decode_by_kind=read_decode_by_kind(db, plan.study_name, study.user_attrs.get("bench_plan") or {},
                                            baseline.number, champion.trial if champion else None)
-        if baseline else None)
+        if baseline else None,
+        night_plan=study.user_attrs.get("night_plan"))
 
 
 def with_plot(snapshot: StudySnapshot, name: str | None) -> StudySnapshot:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
+import time
 from dataclasses import dataclass, field
 
 import optuna
@@ -75,15 +76,27 @@ class _Record:
     trial: optuna.Trial
     constraints: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CONSTRAINTS, VIOLATED))
     reasons: list[str] = field(default_factory=list)
+    stage_s: dict[str, float] = field(default_factory=dict)  # seconds per stage: the night plan's measured rates
+    _current: tuple[str, float] | None = None
 
     def stage(self, name: str) -> None:
+        self._time_stage()
+        self._current = (name, time.monotonic())
         self.trial.set_user_attr("stage", name)
+
+    def _time_stage(self) -> None:
+        if self._current is not None:
+            name, started = self._current
+            self.stage_s[name] = self.stage_s.get(name, 0.0) + time.monotonic() - started
+            self.trial.set_user_attr("stage_s", {k: round(v, 3) for k, v in self.stage_s.items()})
+            self._current = None
 
     def fail(self, constraint: str, reason: str) -> None:
         self.constraints[constraint] = VIOLATED
         self.reasons.append(reason)
 
     def close(self, outcome: str) -> None:
+        self._time_stage()
         for key, value in self.constraints.items():
             self.trial.set_constraint(key, value)
         # The one record: study.constraints_of lists these for TPE, and Optuna stores that list as the
@@ -140,9 +153,11 @@ class TrialRunner:
             record.close("infeasible")
             return NOT_MEASURED
         record.constraints["fits"] = OK
+        self._stage(record, "waiting for the baseline")
         baseline = self._wait_for_baseline(trial)
 
         try:
+            self._stage(record, "launch")
             with self._server(trial, config) as server:
                 record.constraints["launch_ok"] = OK
                 self._stage(record, "bench")
@@ -177,7 +192,12 @@ class TrialRunner:
                 gate = gate_candidate(self.store, model_manifest_hash=self.plan.model.manifest_hash,
                                       candidate_label=self._label(trial, config), baseline_label=baseline.label,
                                       policy=self.plan.gate_policy, floor=baseline.fidelity_floor,
-                                      candidate_fidelity=fidelity)
+                                      candidate_fidelity=fidelity, save=False)
+                if not gate.decision.passed or self.suite is None:  # fidelity is the last tier: save it
+                    gate = gate_candidate(self.store, model_manifest_hash=self.plan.model.manifest_hash,
+                                          candidate_label=self._label(trial, config), baseline_label=baseline.label,
+                                          policy=self.plan.gate_policy, floor=baseline.fidelity_floor,
+                                          candidate_fidelity=fidelity)
                 if not gate.decision.passed:
                     return self._gated(trial, config, record, gate, decode, prefill)
                 record.constraints["fidelity"] = OK
@@ -281,7 +301,6 @@ class TrialRunner:
         return decode, prefill
 
     def _wait_for_baseline(self, trial: optuna.Trial) -> BaselineEvidence:
-        self._stage_name(trial, "waiting for the baseline")
         return wait_for_baseline(trial, store=self.store, db=self.db, study_name=self.plan.study_name,
                                  baseline_params=lambda: baseline_trial_params(self.plan, self.space))
 
@@ -356,6 +375,7 @@ class TrialRunner:
         name = f"trial-{trial.number:04d}-{config.digest[:12]}" + (f"-{attempt}" if attempt else "")
         run_dir = (self.plan.study_dir / "suites" / name).resolve()
         endpoint = Endpoint(url=server.url)  # run_suite names the served model
+        started = time.monotonic()
         try:
             result = run_suite(self.suite, endpoint, store=self.store, label=self._label(trial, config),
                                model_manifest_hash=self.plan.model.manifest_hash,
@@ -364,7 +384,8 @@ class TrialRunner:
         except EvalError:
             raise  # missing data or environments: the whole run cannot gate, say so and stop
         self._measure(trial, config, "suite", {"suite_run_id": result.suite_run_id, "suite": result.suite,
-                                               "tasksets": result.tasksets})
+                                               "tasksets": result.tasksets,
+                                               "elapsed_s": round(time.monotonic() - started, 3)})
         return result
 
     def _measure(self, trial, config: ServingConfig, kind: str, payload: dict, launch: int = 0) -> None:

@@ -2,8 +2,10 @@
 
 Tiers run cheapest first. The loop measures fidelity; when `decide_fidelity` fails it calls
 `gate_candidate` with the fidelity evidence alone (the suites are skipped); otherwise it runs the
-suite on the candidate and calls `gate_candidate` with both. Every call stores one eval_decisions
-row with the policy, the verdicts and the ids of the measurements and suite runs it used.
+suite on the candidate and calls `gate_candidate` with both. A call with `save=True` (the default)
+stores one eval_decisions row with the policy, the verdicts and the ids of the measurements and suite
+runs it used; the loop saves one row per candidate, after the last tier that ran, so a candidate that
+passed fidelity and then failed its tasks never leaves a passing row behind.
 
 Usage:
     record = gate_candidate(store, model_manifest_hash=h, candidate_label=digest, baseline_label="baseline",
@@ -27,7 +29,7 @@ __all__ = ["GateRecord", "gate_candidate"]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GateRecord:
-    decision_id: int  # the eval_decisions row
+    decision_id: int | None  # the eval_decisions row; None where the decision was not saved
     decision: GateDecision
 
 
@@ -42,8 +44,9 @@ def gate_candidate(
     candidate_fidelity: FidelityMeasurement | None = None,
     baseline_suite: SuiteResult | None = None,
     candidate_suite: SuiteResult | None = None,
+    save: bool = True,
 ) -> GateRecord:
-    """Decide on whatever tiers have evidence and store the decision.
+    """Decide on whatever tiers have evidence and, with `save`, store the decision.
 
     Raises:
         EvalConfigError: half of a tier's evidence is missing, or the suites are not comparable.
@@ -73,6 +76,8 @@ def gate_candidate(
                 f"the candidate's suite run has no result for {missing}, and no taskset it ran was rejected"
             )
     decision = decide(fidelity=fidelity, tasksets=tasksets)
+    if not save:
+        return GateRecord(decision_id=None, decision=decision)
     decision_id = store.save_decision(
         decision,
         model_manifest_hash=model_manifest_hash,

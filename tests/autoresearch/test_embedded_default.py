@@ -119,3 +119,28 @@ def test_a_stored_study_reports_and_exports_on_a_machine_without_its_model(embed
     result = run_loop(tmp_path, env, "export", "--study", name, "--storage", storage, "--out", "c.json", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert ServingConfig.from_json((tmp_path / "c.json").read_text()).engine == "transformers"
+
+
+def test_one_gate_decision_per_candidate_saved_after_its_last_tier(embedded_study):
+    study = _study(embedded_study)
+    engine = sa.create_engine(embedded_study.db_url)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT candidate_label, candidate_suite_run_id FROM eval_decisions")).all()
+    labels = [r[0] for r in rows]
+    assert labels and len(labels) == len(set(labels)), labels  # before: a passing row after fidelity, then another
+    gated = [t for t in study.get_trials() if t.user_attrs.get("gate_decision_id")]
+    assert len(gated) == len(rows)
+    for t in gated:
+        row = next(r for r in rows if r[0].startswith(f"{study.study_name}:trial-{t.number}:"))
+        if t.user_attrs["outcome"] == "passed":  # its suite ran, and the one row says so
+            assert row[1] is not None
+
+
+def test_the_night_plan_is_printed_and_kept(embedded_study):
+    out = embedded_study.result.stdout
+    assert "night plan before the first trial:" in out
+    assert "night plan once the baseline measured its rates:" in out
+    kept = _study(embedded_study).user_attrs["night_plan"]
+    assert kept["when"] == "night plan once the baseline measured its rates" and "measured by this study" in kept["text"]
+    assert "## Night plan (night plan once the baseline measured its rates)" in \
+        (embedded_study.cwd / "RESULTS.md").read_text()

@@ -1,0 +1,362 @@
+"""What a night buys, predicted from rates: trials through each stage, the task tier's judgments, the
+power of each judged taskset and how many of its answers will hit the token budget.
+
+Why: the task tier costs hours on a thinking model on a consumer GPU, and a night that cannot judge
+its champion with the claimed power is better refused before it starts than discovered in the
+morning. The loop prints the plan before the first trial (from stated or assumed rates) and again
+once the baseline has measured its own (`measured_rates`); `python -m autoresearch plan` prints it
+without running anything.
+
+The arithmetic, all of it here:
+- a candidate trial costs launch + bench + fidelity (the cheap stages every trial keeps);
+- a judged candidate answers, per taskset, the expected length of the sequential test's walk on a
+  lossless change (eval.sequential, exact); the baseline answers lazily, as far as the longest of
+  the judged walks (the expected maximum of J independent walks), plus one launch per judgment;
+- one task costs (prompt / prefill rate + answered tokens / decode rate) / batch gain, where a
+  stated answer length A under a budget B answers A (1 - exp(-B/A)) tokens and is truncated with
+  probability exp(-B/A) (answer lengths assumed exponential: a stated assumption, printed);
+- the finalists' stage costs (finalists + 1) x finalist_launches x (launch + bench).
+
+Usage:
+    rates = stated_rates(suite, decode_tok_s=43, prefill_tok_s=700, answer_tokens=3000)
+    forecast = plan_night(rates, suite=suite, policy=TaskPolicy(), hours=8, finalists=2, finalist_launches=2)
+    print(forecast.text())
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+
+from eval.decision import TaskPolicy
+from eval.sequential import SequentialDesign
+from eval.suites import SuiteSpec
+
+__all__ = ["SCOPES", "Forecast", "Rates", "TasksetRates", "expected_longest_walk", "expected_walk",
+           "measured_rates", "plan_night", "stated_rates"]
+
+SCOPES = ("finalists", "every")
+_UNKNOWN_TASKS = 600  # a taskset whose size is known only after a run is planned at the offline suite's size
+CHEAP_STAGES = ("launch", "bench", "fidelity")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TasksetRates:
+    name: str
+    tasks: int | None  # the taskset's size where known before running
+    max_tokens: int
+    answered_tokens: float  # mean tokens per answer, after the budget
+    truncated_share: float  # answers that hit the budget
+    task_s: float  # wall seconds per task at the suite's concurrency
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rates:
+    launch_s: float
+    bench_s: float
+    fidelity_s: float
+    tasksets: tuple[TasksetRates, ...]
+    source: str  # where the numbers come from, printed with the plan
+    assumptions: tuple[str, ...] = ()
+
+    def stage_s(self, stage: str) -> float | None:
+        """Expected seconds of one candidate stage (for the progress display's ETA); None: not predicted."""
+        if stage in CHEAP_STAGES:
+            return getattr(self, f"{stage}_s")
+        return None
+
+
+def stated_rates(suite: SuiteSpec, *, decode_tok_s: float, prefill_tok_s: float, answer_tokens: float,
+                 prompt_tokens: float = 300.0, batch_gain: float = 1.0, launch_s: float = 120.0,
+                 bench_s: float = 180.0, fidelity_s: float = 120.0, source: str = "stated rates") -> Rates:
+    """Rates for a machine one does not have: its decode and prefill tok/s and the model's answer length.
+
+    Raises:
+        ValueError: a rate or length that is not positive.
+    """
+    for name, value in (("decode tok/s", decode_tok_s), ("prefill tok/s", prefill_tok_s),
+                        ("answer tokens", answer_tokens), ("batch gain", batch_gain)):
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be > 0, got {value}")
+    tasksets = []
+    for spec in suite.tasksets:
+        budget = spec.max_tokens
+        truncated = math.exp(-budget / answer_tokens)
+        answered = answer_tokens * (1.0 - truncated)  # E[min(X, B)], X exponential with mean A
+        task_s = spec.rollouts * (prompt_tokens / prefill_tok_s + answered / decode_tok_s) / batch_gain
+        tasksets.append(TasksetRates(name=spec.name, tasks=spec.planned_tasks, max_tokens=budget,
+                                     answered_tokens=answered, truncated_share=truncated, task_s=task_s))
+    assumptions = (f"answers of {answer_tokens:.0f} tokens on average, lengths exponential (a stated assumption)",
+                   f"{prompt_tokens:.0f}-token prompts; batch gain {batch_gain:g} (aggregate over batch-1 decode "
+                   f"at the suite's {suite.max_concurrent} requests in flight)",
+                   f"launch {launch_s:.0f} s, bench {bench_s:.0f} s, fidelity {fidelity_s:.0f} s per trial")
+    return Rates(launch_s=launch_s, bench_s=bench_s, fidelity_s=fidelity_s, tasksets=tuple(tasksets),
+                 source=f"{source}: decode {decode_tok_s:g} tok/s, prefill {prefill_tok_s:g} tok/s",
+                 assumptions=assumptions)
+
+
+def measured_rates(trials: Sequence, suite_runs: Sequence, suite: SuiteSpec, *, fallback: Rates) -> Rates:
+    """The rates a study measured: stage times from its trials' `stage_s` records (medians), answer
+    lengths, truncations and seconds per task from the baseline's suite runs (`suite_runs`: dicts with
+    "tasksets" as stored, and "elapsed_s"). What was not measured yet comes from `fallback`."""
+    stage = {name: [t.user_attrs["stage_s"][name] for t in trials if name in (t.user_attrs.get("stage_s") or {})]
+             for name in CHEAP_STAGES}
+    measured = {name: statistics.median(v) for name, v in stage.items() if v}
+    per_taskset: dict[str, dict] = {}
+    for run in suite_runs:
+        elapsed, tasksets = run.get("elapsed_s"), run.get("tasksets") or []
+        total_tasks = sum(t["tasks"] for t in tasksets) or 0
+        for t in tasksets:
+            acc = per_taskset.setdefault(t["name"], {"tasks": 0, "rollouts": 0, "tokens": 0, "truncations": 0,
+                                                     "seconds": 0.0})
+            acc["tasks"] += t["tasks"]
+            acc["rollouts"] += t["rollouts"]
+            acc["tokens"] += t["output_tokens"]
+            acc["truncations"] += t["truncations"]
+            if elapsed and total_tasks:  # a run's wall time shared by its tasks
+                acc["seconds"] += elapsed * t["tasks"] / total_tasks
+    tasksets, known = [], []
+    for old in fallback.tasksets:
+        acc = per_taskset.get(old.name)
+        if not acc or not acc["rollouts"] or not acc["seconds"]:
+            tasksets.append(old)
+            continue
+        known.append(old.name)
+        tasksets.append(dataclasses.replace(old, answered_tokens=acc["tokens"] / acc["rollouts"],
+                                            truncated_share=acc["truncations"] / acc["rollouts"],
+                                            task_s=acc["seconds"] / acc["tasks"]))
+    parts = [f"{name} {measured[name]:.0f} s" for name in CHEAP_STAGES if name in measured]
+    if known:
+        parts.append(f"answers on {', '.join(known)}")
+    if not parts:
+        return fallback
+    unmeasured = [n for n in CHEAP_STAGES if n not in measured] + [t.name for t in fallback.tasksets
+                                                                  if t.name not in known]
+    source = "measured by this study: " + ", ".join(parts)
+    if unmeasured:
+        source += f" (not yet measured, from {fallback.source}: {', '.join(unmeasured)})"
+    return dataclasses.replace(fallback, tasksets=tuple(tasksets), source=source,
+                               assumptions=() if not unmeasured else fallback.assumptions,
+                               **{f"{name}_s": value for name, value in measured.items()})
+
+
+# ---- the sequential test's walk lengths ----
+
+@cache
+def _undecided(design: SequentialDesign, n_tasks: int, discordance: float) -> tuple[float, ...]:
+    """P(the walk on a lossless change is still running after t tasks), t = 1..n_tasks."""
+    return tuple(oc.undecided for oc in design._curve(n_tasks, 0.0, discordance))
+
+
+def expected_walk(design: SequentialDesign, n_tasks: int, discordance: float | None = None) -> float:
+    """Expected tasks one judged candidate answers on a lossless change (the common case past fidelity)."""
+    return expected_longest_walk(design, n_tasks, 1, discordance)
+
+
+def expected_longest_walk(design: SequentialDesign, n_tasks: int, walks: int, discordance: float | None = None) -> float:
+    """Expected tasks of the longest of `walks` independent walks: what the lazy baseline answers.
+
+    E[max] = sum over t >= 0 of P(max > t), and P(max <= t) = P(one walk <= t) ** walks.
+    """
+    if walks <= 0:
+        return 0.0
+    d = design.planned_discordance if discordance is None else discordance
+    running = _undecided(design, n_tasks, d)
+    return 1.0 + sum(1.0 - (1.0 - u) ** walks for u in running[:-1])
+
+
+# ---- the plan ----
+
+@dataclass(frozen=True, kw_only=True)
+class TasksetPlan:
+    name: str
+    tasks: int  # the taskset's size (planned where it is known only after a run)
+    tasks_known: bool
+    power: float  # against a min_drop loss at the planned discordance, on `tasks` tasks
+    walk_tasks: float  # expected per judged candidate
+    baseline_tasks: float  # expected, answered lazily by the baseline
+    truncated_share: float
+    task_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Forecast:
+    hours: float
+    scope: str
+    rates: Rates
+    baseline_s: float
+    trial_s: float  # one candidate through the cheap stages (and, scope every, its task tier)
+    trials: int  # candidate trials that fit
+    judgments: int
+    judgment_s: float  # every judgment, the baseline's lazy answers included
+    finalists_s: float
+    tasksets: tuple[TasksetPlan, ...]
+    claimed_power: float
+    problems: tuple[str, ...]  # why the night cannot make its claim
+    advice: tuple[str, ...]  # what would
+
+    @property
+    def fits(self) -> bool:
+        return not self.problems
+
+    @property
+    def total_s(self) -> float:
+        return self.baseline_s + self.trials * self.trial_s + self.finalists_s + \
+            (self.judgment_s if self.scope == "finalists" else 0.0)
+
+    def stage_s(self) -> dict[str, float]:
+        """Expected seconds per stage of one candidate, for the progress display's ETA."""
+        out = {name: getattr(self.rates, f"{name}_s") for name in CHEAP_STAGES}
+        if self.judgments:
+            out["tasks"] = self.judgment_s / self.judgments
+        return out
+
+    def text(self) -> str:
+        h = _hours
+        lines = [f"Night plan for --hours {self.hours:g} (task tier on {self.scope}); rates {self.rates.source}."]
+        lines += [f"  assumed: {a}" for a in self.rates.assumptions]
+        lines.append(f"  baseline: {h(self.baseline_s)} (2 launches, bench, fidelity reference and floor)")
+        cheap = " + ".join(f"{n} {getattr(self.rates, f'{n}_s'):.0f} s" for n in CHEAP_STAGES)
+        lines.append(f"  each candidate: {cheap} = {h(self.trial_s)}" +
+                     (" with its task tier" if self.scope == "every" else ""))
+        lines.append(f"  trials through launch, bench and fidelity: {self.trials}")
+        lines.append(f"  task-tier judgments: {self.judgments} ({h(self.judgment_s)}, the baseline's lazy answers "
+                     "included)")
+        lines.append(f"  finalists' stage: {h(self.finalists_s)}")
+        lines.append(f"  total: {h(self.total_s)} of {h(self.hours * 3600)}")
+        lines.append("  per judged taskset: tasks, power at the claimed drop, tasks per judgment, baseline answers, "
+                     "truncated answers, seconds per task")
+        for t in self.tasksets:
+            size = f"{t.tasks}" + ("" if t.tasks_known else " (planned; known after the baseline runs)")
+            lines.append(f"    {t.name}: {size} tasks, power {t.power:.0%}, {t.walk_tasks:.0f} per judgment, "
+                         f"baseline {t.baseline_tasks:.0f}, truncated {t.truncated_share:.0%}, {t.task_s:.1f} s")
+        for p in self.problems:
+            lines.append(f"  CANNOT: {p}")
+        for a in self.advice:
+            lines.append(f"  would: {a}")
+        if self.fits:
+            lines.append(f"  fits: every judged taskset has power >= {self.claimed_power:.0%} within --hours.")
+        return "\n".join(lines) + "\n"
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
+def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int, finalist_launches: int,
+               scope: str = "finalists", judging: bool = True, suggest: bool = True) -> Forecast:
+    """The plan; its problems name what the night cannot do, its advice what would.
+
+    Raises:
+        ValueError: an unknown scope or non-positive hours.
+    """
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
+    if not hours > 0:
+        raise ValueError(f"hours must be > 0, got {hours}")
+    design = policy.design(len(rates.tasksets))
+    budget = hours * 3600.0
+    r = rates
+    baseline_s = 2 * (r.launch_s + r.bench_s + r.fidelity_s)
+    cheap_s = r.launch_s + r.bench_s + r.fidelity_s
+    finalists_s = (finalists + 1) * finalist_launches * (r.launch_s + r.bench_s)
+
+    def tasksets_for(judged: int) -> list[TasksetPlan]:
+        out = []
+        for t in r.tasksets:
+            n = t.tasks or _UNKNOWN_TASKS
+            walk = expected_walk(design, n) if judging else n
+            longest = expected_longest_walk(design, n, judged) if judging else n
+            out.append(TasksetPlan(name=t.name, tasks=n, tasks_known=t.tasks is not None,
+                                   power=design.power_at(n) if judging else 0.0, walk_tasks=walk,
+                                   baseline_tasks=longest, truncated_share=t.truncated_share, task_s=t.task_s))
+        return out
+
+    def judgment_cost(judged: int) -> float:
+        plans = tasksets_for(judged)
+        answers = sum((judged * p.walk_tasks + p.baseline_tasks) * p.task_s for p in plans)
+        return answers + judged * 2 * r.launch_s  # the candidate's launch and the baseline's, per judgment
+
+    if scope == "finalists":
+        judged = finalists
+        judgment_s = judgment_cost(judged)
+        trial_s = cheap_s
+        left = budget - baseline_s - finalists_s - judgment_s
+        trials = max(int(left // trial_s), 0)
+    else:  # every candidate past fidelity: judged inside its trial (the baseline's answers grow with them)
+        per = judgment_cost(1) - 2 * r.launch_s
+        trial_s = cheap_s + per + 2 * r.launch_s
+        trials = max(int((budget - baseline_s - finalists_s) // trial_s), 0)
+        judged = trials
+        judgment_s = judgment_cost(judged) if judged else 0.0
+    plans = tasksets_for(max(judged, 1))
+    problems: list[str] = []
+    if judging:
+        for p in plans:
+            if p.power < policy.power:
+                problems.append(f"{p.name}: {p.tasks} tasks give power {p.power:.0%} against a "
+                                f"{policy.min_drop:.0%} drop, below the claimed {policy.power:.0%}")
+            if p.truncated_share > policy.max_truncated_share:
+                problems.append(f"{p.name}: {p.truncated_share:.0%} of answers would hit the {_budget(r, p.name)}-token "
+                                f"budget (the baseline is refused above {policy.max_truncated_share:.0%})")
+        fixed = baseline_s + finalists_s + (judgment_s if scope == "finalists" else 0.0)
+        if scope == "finalists" and fixed + cheap_s * max(finalists, 1) > budget:
+            problems.append(f"the baseline, {finalists} judged finalist(s) and the finalists' stage take "
+                            f"{_hours(fixed)}, leaving no time to search {finalists} candidate(s) in {hours:g} h")
+        if scope == "every" and trials < 1:
+            problems.append(f"one judged candidate takes {_hours(trial_s)}: none fits in {hours:g} h after the baseline")
+    advice = _advice(rates, policy, hours, finalists, finalist_launches, scope, problems) if problems and suggest \
+        else ()
+    return Forecast(hours=hours, scope=scope, rates=rates, baseline_s=baseline_s, trial_s=trial_s, trials=trials,
+                    judgments=judged if judging else 0, judgment_s=judgment_s if judging else 0.0,
+                    finalists_s=finalists_s, tasksets=tuple(plans), claimed_power=policy.power,
+                    problems=tuple(problems), advice=tuple(advice))
+
+
+def _budget(rates: Rates, name: str) -> int:
+    return next(t.max_tokens for t in rates.tasksets if t.name == name)
+
+
+def _advice(rates: Rates, policy: TaskPolicy, hours: float, finalists: int, launches: int, scope: str,
+            problems: list[str]) -> list[str]:
+    """What would make the claim: more hours, a larger budget, fewer tasks, or a weaker claim."""
+    out: list[str] = []
+
+    def fits(r: Rates = rates, p: TaskPolicy = policy, h: float = hours) -> bool:
+        return plan_night(r, policy=p, hours=h, finalists=finalists, finalist_launches=launches, scope=scope,
+                          suggest=False).fits
+
+    truncating = [t for t in rates.tasksets if t.truncated_share > policy.max_truncated_share]
+    if truncating:
+        out.append("raise --suite-max-tokens so fewer answers hit the budget (the truncated share above assumes "
+                   "the stated answer length)")
+        return out
+    for h in (hours * f for f in (1.5, 2, 3, 4, 6, 8, 12)):
+        if fits(h=h):
+            out.append(f"--hours {math.ceil(h)} (the same claim)")
+            break
+    else:
+        out.append(f"more than {math.ceil(hours * 12)} hours for the same claim")
+    for drop in (0.075, 0.10, 0.15, 0.20):
+        if drop <= policy.min_drop or drop > policy.planned_discordance:
+            continue
+        weaker = dataclasses.replace(policy, min_drop=drop)
+        if fits(p=weaker):
+            out.append(f"--task-min-drop {drop:g} (a weaker claim: a {drop * 100:g}-point drop, shorter walks)")
+            break
+    if len(rates.tasksets) > 1:
+        for t in rates.tasksets:
+            rest = dataclasses.replace(rates, tasksets=tuple(x for x in rates.tasksets if x is not t))
+            if fits(r=rest):
+                out.append(f"--suite-tasksets {','.join(x.name for x in rest.tasksets)} (fewer tasks: "
+                           f"{t.name} not judged)")
+                break
+    if scope == "finalists" and finalists > 1 and plan_night(
+            rates, policy=policy, hours=hours, finalists=1, finalist_launches=launches, scope=scope,
+            suggest=False).fits:
+        out.append("--finalists 1 (one judged candidate: the fastest one)")
+    return out

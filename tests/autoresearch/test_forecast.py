@@ -1,0 +1,134 @@
+"""The night plan's arithmetic, the ETA, and `python -m autoresearch plan` (no model, no GPU)."""
+
+from __future__ import annotations
+
+import math
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autoresearch.forecast import expected_longest_walk, expected_walk, plan_night, stated_rates
+from autoresearch.progress import Progress
+from eval.decision import TaskPolicy
+from eval.suites import SuiteOverrides, apply_overrides, get_suite
+
+ROOT = Path(__file__).resolve().parents[2]
+OFFLINE = get_suite("offline")
+
+
+def _simulated_walks(design, n_tasks: int, walks: int, runs: int, seed: int = 0) -> tuple[float, float]:
+    """Mean length of one walk and of the longest of `walks`, by simulating lossless candidates."""
+    rng = random.Random(seed)
+    p = design.planned_discordance / 2
+
+    def one() -> int:
+        outcomes = ["lost" if (u := rng.random()) < p else "gained" if u < 2 * p else "tie" for _ in range(n_tasks)]
+        return design.walk(outcomes).tasks_used
+
+    singles, longest = [], []
+    for _ in range(runs):
+        lengths = [one() for _ in range(walks)]
+        singles.append(lengths[0])
+        longest.append(max(lengths))
+    return sum(singles) / runs, sum(longest) / runs
+
+
+def test_walk_lengths_match_simulated_walks_of_the_sequential_test():
+    design = TaskPolicy().design(2)
+    single, longest = _simulated_walks(design, 600, 3, runs=1500)
+    assert expected_walk(design, 600) == pytest.approx(single, rel=0.06)
+    assert expected_longest_walk(design, 600, 3) == pytest.approx(longest, rel=0.06)
+    # the lazy baseline answers at least one walk, more for more judged candidates, never past the taskset
+    assert expected_walk(design, 600) < expected_longest_walk(design, 600, 3) < 600
+    assert expected_longest_walk(design, 50, 10) <= 50
+
+
+def test_stated_rates_truncation_and_seconds_per_task():
+    rates = stated_rates(OFFLINE, decode_tok_s=43, prefill_tok_s=700, answer_tokens=3000, prompt_tokens=350)
+    t = rates.tasksets[0]
+    assert t.truncated_share == pytest.approx(math.exp(-4096 / 3000))
+    assert t.answered_tokens == pytest.approx(3000 * (1 - math.exp(-4096 / 3000)))
+    assert t.task_s == pytest.approx(350 / 700 + t.answered_tokens / 43)
+    doubled = stated_rates(OFFLINE, decode_tok_s=43, prefill_tok_s=700, answer_tokens=3000, prompt_tokens=350,
+                           batch_gain=2)
+    assert doubled.tasksets[0].task_s == pytest.approx(t.task_s / 2)
+    with pytest.raises(ValueError, match="decode tok/s"):
+        stated_rates(OFFLINE, decode_tok_s=0, prefill_tok_s=700, answer_tokens=3000)
+
+
+def test_plan_arithmetic_finalists_scope():
+    rates = stated_rates(OFFLINE, decode_tok_s=400, prefill_tok_s=5000, answer_tokens=300, launch_s=60, bench_s=90,
+                         fidelity_s=30)
+    policy = TaskPolicy()
+    f = plan_night(rates, policy=policy, hours=8, finalists=2, finalist_launches=2)
+    design = policy.design(2)
+    walk, longest = expected_walk(design, 600), expected_longest_walk(design, 600, 2)
+    task_s = rates.tasksets[0].task_s
+    assert f.baseline_s == 2 * (60 + 90 + 30)
+    assert f.finalists_s == 3 * 2 * (60 + 90)
+    assert f.judgments == 2
+    assert f.judgment_s == pytest.approx(2 * (2 * walk + longest) * task_s + 2 * 2 * 60)
+    assert f.trials == int((8 * 3600 - f.baseline_s - f.finalists_s - f.judgment_s) // 180)
+    assert f.total_s <= 8 * 3600 and f.fits and f.problems == ()
+    assert [t.power for t in f.tasksets] == [pytest.approx(design.power_at(600))] * 2
+    assert f.stage_s() == {"launch": 60, "bench": 90, "fidelity": 30, "tasks": pytest.approx(f.judgment_s / 2)}
+
+
+def test_every_scope_judges_each_trial_and_buys_fewer_trials():
+    rates = stated_rates(OFFLINE, decode_tok_s=400, prefill_tok_s=5000, answer_tokens=300, launch_s=60, bench_s=90,
+                         fidelity_s=30)
+    finalists = plan_night(rates, policy=TaskPolicy(), hours=8, finalists=2, finalist_launches=2)
+    every = plan_night(rates, policy=TaskPolicy(), hours=8, finalists=2, finalist_launches=2, scope="every")
+    assert every.judgments == every.trials < finalists.trials
+    assert every.trial_s > finalists.trial_s
+
+
+def test_a_night_too_short_says_so_with_what_would_fit():
+    rates = stated_rates(OFFLINE, decode_tok_s=43, prefill_tok_s=700, answer_tokens=3000)
+    f = plan_night(rates, policy=TaskPolicy(), hours=8, finalists=2, finalist_launches=2)
+    assert not f.fits and any("leaving no time" in p for p in f.problems)
+    hours = next(a for a in f.advice if a.startswith("--hours"))
+    assert plan_night(rates, policy=TaskPolicy(), hours=float(hours.split()[1]), finalists=2,
+                      finalist_launches=2).fits
+    assert any(a.startswith("--task-min-drop") for a in f.advice)
+    assert "CANNOT" in f.text() and "would: --hours" in f.text()
+
+
+def test_small_tasksets_and_long_answers_are_problems_of_the_plan():
+    small = apply_overrides(OFFLINE, SuiteOverrides(limit=40, max_tokens=512))
+    rates = stated_rates(small, decode_tok_s=400, prefill_tok_s=5000, answer_tokens=2000)
+    f = plan_night(rates, policy=TaskPolicy(), hours=100, finalists=1, finalist_launches=1)
+    assert any("power" in p and "rg-math" in p for p in f.problems)
+    assert any("hit the 512-token budget" in p for p in f.problems)
+    assert any("--suite-max-tokens" in a for a in f.advice)
+
+
+def test_eta_counts_down_from_the_plan():
+    progress = Progress(study="s", trials=None, hours=1, live=False)
+    progress.set_plan({"bench": 100.0}, 1000.0)
+    progress.stage("bench")
+    start = progress.stage_started
+    stage_left, study_left = progress.eta(now=start + 40)
+    assert stage_left == pytest.approx(60.0)
+    assert study_left == pytest.approx(1000.0 - (start + 40 - progress.started))
+    assert progress.eta(now=start + 500)[0] == 0.0  # overdue: zero, not negative
+    progress.stage("reference")  # a stage the plan does not predict
+    assert progress.eta()[0] is None
+
+
+def _plan_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autoresearch", "plan", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+
+
+def test_plan_command_from_stated_rates():
+    fits = _plan_cli("--hours", "8", "--decode-tok-s", "400", "--prefill-tok-s", "5000", "--answer-tokens", "300")
+    assert fits.returncode == 0, fits.stderr
+    assert "trials through launch, bench and fidelity" in fits.stdout and "fits:" in fits.stdout
+    short = _plan_cli("--hours", "8", "--decode-tok-s", "43", "--prefill-tok-s", "700", "--answer-tokens", "3000")
+    assert short.returncode == 1 and "CANNOT" in short.stdout and "would: --hours" in short.stdout
+    missing = _plan_cli("--hours", "8")
+    assert missing.returncode == 2 and "--decode-tok-s" in missing.stderr

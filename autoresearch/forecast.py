@@ -198,6 +198,7 @@ class Forecast:
     claimed_power: float
     problems: tuple[str, ...]  # why the night cannot make its claim
     advice: tuple[str, ...]  # what would
+    judging: bool = True  # False: the task tier is a smoke check, which judges nothing
 
     @property
     def fits(self) -> bool:
@@ -238,7 +239,10 @@ class Forecast:
             lines.append(f"  CANNOT: {p}")
         for a in self.advice:
             lines.append(f"  would: {a}")
-        if self.fits:
+        if not self.judging:
+            lines.append("  smoke check (--task-tier smoke): the suite runs on the finalist before it is crowned "
+                         "and judges nothing; the power above is not claimed.")
+        elif self.fits:
             lines.append(f"  fits: every judged taskset has power >= {self.claimed_power:.0%} within --hours.")
         return "\n".join(lines) + "\n"
 
@@ -314,7 +318,7 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
     return Forecast(hours=hours, scope=scope, rates=rates, baseline_s=baseline_s, trial_s=trial_s, trials=trials,
                     judgments=judged if judging else 0, judgment_s=judgment_s if judging else 0.0,
                     finalists_s=finalists_s, tasksets=tuple(plans), claimed_power=policy.power,
-                    problems=tuple(problems), advice=tuple(advice))
+                    problems=tuple(problems), advice=tuple(advice), judging=judging)
 
 
 def _budget(rates: Rates, name: str) -> int:

@@ -16,6 +16,7 @@ Usage:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from eval.decision import GateDecision, GatePolicy, compare_taskset, decide, decide_fidelity
@@ -45,8 +46,12 @@ def gate_candidate(
     baseline_suite: SuiteResult | None = None,
     candidate_suite: SuiteResult | None = None,
     save: bool = True,
+    planned_tasks: Mapping[str, int | None] | None = None,
+    replace_id: int | None = None,
 ) -> GateRecord:
-    """Decide on whatever tiers have evidence and, with `save`, store the decision.
+    """Decide on whatever tiers have evidence and, with `save`, store the decision (`replace_id`: in place of
+    an earlier row of this candidate). `planned_tasks`: per taskset, the size the power is computed on
+    where the suites hold only the paired prefix a lazy baseline answered (eval.task_decision).
 
     Raises:
         EvalConfigError: half of a tier's evidence is missing, or the suites are not comparable.
@@ -69,7 +74,8 @@ def gate_candidate(
                 base = baseline_suite.taskset(result.name)
             except KeyError as exc:
                 raise EvalConfigError(str(exc)) from None
-            tasksets.append(compare_taskset(base, result, policy.tasks, tasksets=len(baseline_suite.tasksets)))
+            tasksets.append(compare_taskset(base, result, policy.tasks, tasksets=len(baseline_suite.tasksets),
+                                            planned_tasks=(planned_tasks or {}).get(result.name)))
         missing = [t.name for t in baseline_suite.tasksets if t.name not in {r.name for r in candidate_suite.tasksets}]
         if missing and not any(v.decision == "rejected" for v in tasksets):
             raise EvalConfigError(
@@ -91,6 +97,8 @@ def gate_candidate(
         extra_evidence={
             "floor_metrics": floor.metrics if floor else None,
             "candidate_metrics": candidate_fidelity.metrics if candidate_fidelity else None,
+            "planned_tasks": dict(planned_tasks) if planned_tasks else None,
         },
+        replace_id=replace_id,
     )
     return GateRecord(decision_id=decision_id, decision=decision)

@@ -58,7 +58,7 @@ def nest_knobs(knobs: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
 
 
 def _eval_config(
-    suite: SuiteSpec, spec: TasksetSpec, endpoint: Endpoint, knobs: dict[str, Any], output_dir: Path
+    suite: SuiteSpec, spec: TasksetSpec, endpoint: Endpoint, knobs: dict[str, Any], output_dir: Path, skip: int = 0
 ) -> dict[str, Any]:
     s = suite.sampling
     runtime: dict[str, Any] = {"type": suite.runtime.type}
@@ -84,7 +84,9 @@ def _eval_config(
                 "chat_template_kwargs": {"enable_thinking": s.enable_thinking},
             },
         },
-        "select": {"shuffle": spec.shuffle, "seed": spec.seed, "limit": spec.limit},
+        # skip: resume the run order where an earlier run of the same selection stopped (the lazy baseline)
+        "select": {"shuffle": spec.shuffle, "seed": spec.seed, "skip": skip,
+                   "limit": None if spec.limit is None else spec.limit - skip},
         "num_rollouts": spec.rollouts,
         "max_concurrent": suite.max_concurrent,
         "push": False,
@@ -116,8 +118,10 @@ def build_launch(
     locks: Locks,
     paths: EvalPaths,
     run_dir: Path,
+    skip: int = 0,
 ) -> TasksetLaunch:
-    """Everything one worker needs to run `spec` offline against `endpoint`.
+    """Everything one worker needs to run `spec` offline against `endpoint`; with `skip`, only the tasks
+    after the first `skip` of its selection, in the same order.
 
     The key stays in memory and the worker's environment only, never in the written config.
 
@@ -126,6 +130,8 @@ def build_launch(
     """
     if endpoint.model is None:
         raise EvalConfigError(f"the endpoint {endpoint.url} names no model; a taskset runs against one model")
+    if skip < 0 or (spec.limit is not None and skip >= spec.limit):
+        raise EvalConfigError(f"{spec.name}: cannot skip {skip} of {spec.limit} tasks")
     knobs = dict(spec.knobs)
     work = run_dir / spec.name
     cwd = work
@@ -154,7 +160,7 @@ def build_launch(
             p for p in (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p
         ),
     }
-    config = _eval_config(suite, spec, endpoint, nest_knobs(tuple(knobs.items())), run_dir / "traces")
+    config = _eval_config(suite, spec, endpoint, nest_knobs(tuple(knobs.items())), run_dir / "traces", skip)
     return TasksetLaunch(
         spec=spec, config=config, cwd=cwd, env=env, output_dir=run_dir / "traces", symlinks=tuple(symlinks)
     )

@@ -34,12 +34,13 @@ from eval.records import EpisodeOutcome, SuiteResult, TasksetResult
 from eval.run_config import Endpoint, TasksetLaunch, build_launch
 from eval.snapshots import EvalPaths
 from eval.store import EvalStore
-from eval.suites import SuiteOverrides, SuiteSpec
+from eval.suites import SuiteOverrides, SuiteSpec, TasksetSpec
 from eval.traces import TraceTail, summarize_episodes, summarize_traces
 from results import to_jsonable
 
 __all__ = [
     "DryRunEntry",
+    "answer_taskset",
     "dry_run",
     "is_installed",
     "new_run_dir",
@@ -169,12 +170,39 @@ def paired_stop_rule(baseline: TasksetResult, policy: TaskPolicy, *, tasksets: i
             return None
         partial = summarize_episodes(episodes, name=baseline.name, taskset_id=baseline.taskset_id,
                                      max_tokens=baseline.max_tokens, run_dir="")
-        verdict = compare_taskset(baseline, partial, policy, tasksets=tasksets)
+        verdict = compare_taskset(baseline, partial, policy, tasksets=tasksets, observed_power=False)
         if verdict.decision in ("rejected", "accepted"):
             return f"{verdict.decision} after {verdict.tasks_used} paired tasks (lost {verdict.lost}, gained {verdict.gained})"
         return None
 
     return rule
+
+
+def answer_taskset(suite: SuiteSpec, spec: TasksetSpec, endpoint: Endpoint, *, run_dir: Path, skip: int = 0,
+                   stop_when: StopRule | None = None, locks: Locks | None = None,
+                   paths: EvalPaths | None = None) -> tuple[TasksetResult, bool]:
+    """One chunk of a taskset: its tasks after the first `skip` of the selection, in run order, until
+    `stop_when` says stop. Returns what was answered and whether the chunk ran to the taskset's end
+    (not stopped). The lazy baseline answers this way (autoresearch.task_tier).
+
+    Raises:
+        as run_suite (preflight, a dead endpoint, a crashed worker).
+    """
+    locks = locks or load_locks()
+    paths = paths or EvalPaths.default()
+    preflight(dataclasses.replace(suite, tasksets=(spec,)), locks=locks, paths=paths)
+    endpoint, _ = _server_facts(endpoint)
+    fired: list[str] = []
+
+    def rule(episodes: list[EpisodeOutcome]) -> str | None:
+        reason = stop_when(episodes) if stop_when is not None else None
+        if reason:
+            fired.append(reason)
+        return reason
+
+    launch = build_launch(suite, spec, endpoint, locks=locks, paths=paths, run_dir=run_dir, skip=skip)
+    result = run_taskset(launch, run_dir, stop_when=rule)
+    return result, not fired
 
 
 def _image_digest(image: str) -> str | None:

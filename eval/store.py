@@ -253,19 +253,27 @@ class EvalStore:
         baseline_suite_run_id: int | None = None,
         candidate_suite_run_id: int | None = None,
         extra_evidence: Mapping[str, Any] | None = None,
+        replace_id: int | None = None,
     ) -> int:
+        """One row per decided candidate; `replace_id` rewrites an earlier row of the same candidate (its
+        decision completed by a later tier), so no stale verdict is left beside the final one."""
         evidence = {
             "fidelity": decision.fidelity,
             "tasksets": decision.tasksets,
             **dict(extra_evidence or {}),
         }
+        values = dict(model_manifest_hash=model_manifest_hash, candidate_label=candidate_label,
+                      baseline_label=baseline_label, passed=decision.passed, failed_stage=decision.failed_stage,
+                      reasons=list(decision.reasons), policy=policy, evidence=evidence,
+                      floor_measurement_id=floor_measurement_id, candidate_measurement_id=candidate_measurement_id,
+                      baseline_suite_run_id=baseline_suite_run_id, candidate_suite_run_id=candidate_suite_run_id)
         with self.engine.begin() as conn:
-            return _insert(conn, decisions, model_manifest_hash=model_manifest_hash, candidate_label=candidate_label,
-                           baseline_label=baseline_label, passed=decision.passed, failed_stage=decision.failed_stage,
-                           reasons=list(decision.reasons), policy=policy, evidence=evidence,
-                           floor_measurement_id=floor_measurement_id,
-                           candidate_measurement_id=candidate_measurement_id,
-                           baseline_suite_run_id=baseline_suite_run_id, candidate_suite_run_id=candidate_suite_run_id)
+            if replace_id is None:
+                return _insert(conn, decisions, **values)
+            updated = conn.execute(sa.update(decisions).where(decisions.c.id == replace_id).values(**values))
+            if updated.rowcount != 1:
+                raise KeyError(f"no eval_decisions row {replace_id} to replace")
+            return replace_id
 
     def decision_rows(self, model_manifest_hash: str | None = None) -> list[dict[str, Any]]:
         """Stored decisions as dicts, oldest first (for reports and tests)."""

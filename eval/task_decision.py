@@ -88,7 +88,7 @@ class TasksetVerdict:
     unpaired_tasks: tuple[str, ...]  # task keys left out because a baseline episode failed
     decision: str  # rejected | accepted | accepted at the end | incomplete | not judged (smoke)
     alpha: float  # this taskset's share of the suite's false-rejection rate
-    power: float  # exact, against a min_drop loss at the planned discordance, on paired_tasks tasks
+    power: float  # exact, against a min_drop loss at the planned discordance, on the tasks the walk could use
     observed_discordance: float | None  # (lost + gained) / tasks_used
     observed_power: float | None  # the same power at the observed discordance
     mcnemar_p: float  # one-sided exact McNemar p-value for "the candidate loses"; evidence only
@@ -131,11 +131,13 @@ def truncated_share(result: TasksetResult) -> float:
     return result.truncations / result.rollouts if result.rollouts else 0.0
 
 
-def baseline_problems(result: TasksetResult, policy: TaskPolicy, tasksets: int) -> list[str]:
+def baseline_problems(result: TasksetResult, policy: TaskPolicy, tasksets: int,
+                      planned_tasks: int | None = None) -> list[str]:
     """Why a baseline run cannot serve as the task tier's reference; empty when it can.
 
     The baseline is the yardstick: failed episodes, truncation-dominated answers, or too few tasks
-    for the design's power all make every later verdict meaningless.
+    for the design's power all make every later verdict meaningless. A baseline that answers lazily
+    (a prefix of its taskset) is sized by `planned_tasks`, the taskset its walks may still use.
     """
     problems = []
     if result.failures:
@@ -146,7 +148,7 @@ def baseline_problems(result: TasksetResult, policy: TaskPolicy, tasksets: int) 
         problems.append(f"{result.name}: {result.truncations} of {result.rollouts} baseline answers hit the "
                         f"{result.max_tokens}-token budget (more than {policy.max_truncated_share:.0%}): raise "
                         "--suite-max-tokens so the model can finish")
-    if problem := underpowered(result.name, result.tasks, policy, policy.design(tasksets)):
+    if problem := underpowered(result.name, planned_tasks or result.tasks, policy, policy.design(tasksets)):
         problems.append(problem)
     return problems
 
@@ -169,9 +171,15 @@ def underpowered(name: str, tasks: int, policy: TaskPolicy, design: SequentialDe
 
 
 def compare_taskset(
-    baseline: TasksetResult, candidate: TasksetResult, policy: TaskPolicy, *, tasksets: int = 1
+    baseline: TasksetResult, candidate: TasksetResult, policy: TaskPolicy, *, tasksets: int = 1,
+    planned_tasks: int | None = None, observed_power: bool = True,
 ) -> TasksetVerdict:
     """Tier 2 for one taskset of a suite of `tasksets`: the sequential paired test (eval.sequential).
+
+    `planned_tasks`: the taskset's size where the baseline answered only a prefix of it (lazily, as far
+    as the walks needed): the power is the test's on the whole taskset, and a walk still undecided at
+    the end of the prefix is incomplete, not accepted. `observed_power=False` leaves out the power at the
+    observed discordance (an exact computation per new discordance): stop rules need only the decision.
 
     The test walks the paired tasks in the baseline's run order; a candidate run that was stopped
     early by the same test (eval.runner) ends exactly where the walk decides. A task is lost when the
@@ -224,14 +232,15 @@ def compare_taskset(
                            f"paired tasks: a {policy.min_drop:.0%} accuracy drop is likelier than none "
                            f"(sequential test, alpha {design.alpha:.3g})")
         elif walk.decision == "undecided":
-            if len(outcomes) < len(order):
+            if len(outcomes) < len(order) or (planned_tasks or 0) > len(order):
                 decision = "incomplete"
-                reasons.append(f"{candidate.name}: the candidate's run ended after {len(outcomes)} of {len(order)} "
-                               "paired tasks without a decision")
+                reasons.append(f"{candidate.name}: the candidate's run ended after {len(outcomes)} of "
+                               f"{max(len(order), planned_tasks or 0)} paired tasks without a decision")
             else:
                 decision = "accepted at the end"
-    power = design.power_at(len(order)) if order else 0.0
-    if policy.judge and (problem := underpowered(candidate.name, len(order), policy, design)):
+    sized = max(len(order), planned_tasks or 0)  # the tasks the walk could use
+    power = design.power_at(sized) if sized else 0.0
+    if policy.judge and (problem := underpowered(candidate.name, sized, policy, design)):
         reasons.append(problem)
     discordance = (walk.lost + walk.gained) / walk.tasks_used if walk.tasks_used else None
     return TasksetVerdict(
@@ -251,7 +260,8 @@ def compare_taskset(
         alpha=design.alpha,
         power=power,
         observed_discordance=discordance,
-        observed_power=design.power_at(len(order), discordance) if order and discordance is not None else None,
+        observed_power=design.power_at(sized, discordance)
+        if observed_power and sized and discordance is not None else None,
         mcnemar_p=mcnemar_one_sided_p(walk.lost, walk.gained),
         passed=not reasons,
         reasons=tuple(reasons),

@@ -1,0 +1,312 @@
+"""The task tier, judged where it can change the outcome, against a baseline that answers lazily.
+
+Who is judged (`--task-tier-scope`, RunPlan.task_tier_scope):
+- finalists (default): every trial keeps the cheap stages (feasibility, launch, bench, dominance,
+  fidelity); a candidate that passes fidelity is marked `task_tier: pending`. The finalists' stage
+  judges the finalists it confirmed faster, fastest first, until one passes: only that one is
+  crowned. A suite that cannot judge (`--task-tier smoke`) runs its smoke run on the finalist instead,
+  and one whose smoke run does not complete is not crowned either.
+- every: each candidate that passes fidelity is judged inside its trial (the behaviour before).
+
+The lazy baseline: the baseline answers each taskset in the suite's run order only as far as some
+candidate's sequential walk needs it. A judgment alternates launches: the candidate answers ahead of
+the baseline's answers (at most `lookahead` tasks, the expected walk of a lossless change) and stops
+as soon as its walk decides on the tasks both answered; where it is still undecided, the baseline is
+launched and answers on from where it stopped, until the walk decides or it has caught up. So the
+baseline never answers more than the longest walk of the candidates judged, nor more than the suite.
+
+Answers live on disk as chunks, `<root>/<taskset>/chunk-NNN/` (verifiers' traces.jsonl, appended per
+finished episode): a killed loop resumes after the last finished answer without answering it again.
+A chunk stopped with requests in flight loses those (up to the suite's concurrency minus one task):
+they are answered by neither side's next chunk and never paired.
+
+Usage:
+    tier = TaskTier(suite, policy, answer=eval_answerer(...), baseline_dir=study_dir / "answers" / "baseline")
+    judgment = tier.judge(study_dir / "answers" / "trial-0007", serve_candidate=..., serve_baseline=...)
+    judgment.passed, judgment.verdicts
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autoresearch.errors import BaselineUnmeasured
+from autoresearch.forecast import expected_walk
+from eval.decision import TaskPolicy, TasksetVerdict, baseline_problems, compare_taskset
+from eval.records import EpisodeOutcome, SuiteResult, TasksetResult
+from eval.suites import SuiteSpec, TasksetSpec
+from eval.traces import TraceTail, summarize_episodes
+
+__all__ = ["SCOPES", "Answer", "Answers", "Judgment", "TaskTier", "first_walk"]
+
+log = logging.getLogger(__name__)
+SCOPES = ("finalists", "every")
+StopRule = Callable[[list[EpisodeOutcome]], str | None]
+# (server, taskset, skip, chunk_dir, stop_when) -> (what this chunk answered, whether it ran to the taskset's end);
+# it writes its traces.jsonl under chunk_dir as episodes finish (eval.runner.answer_taskset does)
+Answer = Callable[[Any, TasksetSpec, int, Path, StopRule], tuple[TasksetResult, bool]]
+_COMPLETE = "complete"
+
+
+def first_walk(policy: TaskPolicy, tasksets: int) -> int:
+    """The fewest paired tasks any walk can decide in: what the baseline answers in its own trial (never
+    more than the longest walk), so its answer lengths, truncations and failures are known early."""
+    design = policy.design(tasksets)
+    reject = design.losses_to_reject
+    accept = math.ceil(design.accept_at / design.step_gained - 1e-12)
+    return max(min(reject, accept), 1)
+
+
+class Answers:
+    """One side's answers on one taskset, merged over its chunks in run order."""
+
+    def __init__(self, root: Path, spec: TasksetSpec):
+        self.root = root / spec.name
+        self.spec = spec
+
+    def _chunks(self) -> list[Path]:
+        return sorted(p for p in self.root.glob("chunk-*") if p.is_dir()) if self.root.is_dir() else []
+
+    def episodes(self) -> list[EpisodeOutcome]:
+        """Every finished answer; a task answered again in a later chunk keeps its first answer."""
+        out: list[EpisodeOutcome] = []
+        for chunk in self._chunks():
+            seen = {e.task_key for e in out}
+            for path in sorted(chunk.rglob("traces.jsonl")):
+                out.extend(e for e in TraceTail(path).read() if e.task_key not in seen)
+        return out
+
+    def result(self, extra: list[EpisodeOutcome] = ()) -> TasksetResult:
+        episodes = self.episodes()
+        seen = {e.task_key for e in episodes}
+        episodes += [e for e in extra if e.task_key not in seen]
+        return summarize_episodes(episodes, name=self.spec.name, taskset_id=self.spec.taskset_id,
+                                  max_tokens=self.spec.max_tokens, run_dir=str(self.root))
+
+    @property
+    def answered(self) -> int:
+        return len({e.task_key for e in self.episodes()})
+
+    @property
+    def exhausted(self) -> bool:
+        planned = self.spec.planned_tasks
+        return (self.root / _COMPLETE).exists() or (planned is not None and self.answered >= planned)
+
+    def answer(self, answer: Answer, server: Any, stop_when: StopRule | None) -> None:
+        """Answer on from where the last chunk stopped, until `stop_when` (seeing every answer so far) says stop."""
+        if self.exhausted:
+            return
+        prior = self.episodes()
+        seen = {e.task_key for e in prior}
+        skip = len(seen)
+        chunk = self.root / f"chunk-{len(self._chunks()):03d}"
+        chunk.mkdir(parents=True)
+
+        def rule(new: list[EpisodeOutcome]) -> str | None:
+            return stop_when(prior + [e for e in new if e.task_key not in seen]) if stop_when is not None else None
+
+        _, complete = answer(server, self.spec, skip, chunk, rule)
+        if complete:
+            (self.root / _COMPLETE).write_text(f"ran to the end after {self.answered} tasks\n")
+
+
+@dataclass(frozen=True)
+class Judgment:
+    passed: bool
+    verdicts: tuple[TasksetVerdict, ...]  # in suite order; a rejection ends the judgment
+    baseline: SuiteResult  # both sides restricted to the tasks both answered (what the verdicts paired)
+    candidate: SuiteResult
+    planned: dict[str, int | None]  # per taskset, the size the verdict's power is computed on
+    baseline_answered: dict[str, int]
+    candidate_answered: dict[str, int]
+
+
+def _restrict(result: TasksetResult, keys: set[str]) -> TasksetResult:
+    return summarize_episodes([e for e in result.episodes if e.task_key in keys], name=result.name,
+                              taskset_id=result.taskset_id, max_tokens=result.max_tokens, run_dir=result.run_dir)
+
+
+def _as_result(spec: TasksetSpec, episodes: list[EpisodeOutcome]) -> TasksetResult:
+    return summarize_episodes(episodes, name=spec.name, taskset_id=spec.taskset_id, max_tokens=spec.max_tokens,
+                              run_dir="")
+
+
+def _decided(verdict: TasksetVerdict) -> bool:
+    return verdict.decision in ("rejected", "accepted")
+
+
+class TaskTier:
+    """The suite's baseline answers (lazy, on disk) and the judgments of candidates against them."""
+
+    def __init__(self, suite: SuiteSpec, policy: TaskPolicy, *, answer: Answer, baseline_dir: Path):
+        self.suite = suite
+        self.policy = policy
+        self.answer = answer
+        self.baseline = {spec.name: Answers(baseline_dir, spec) for spec in suite.tasksets}
+        design = policy.design(len(suite.tasksets))
+        self.lookahead = {spec.name: math.ceil(expected_walk(design, spec.planned_tasks or 600))
+                          for spec in suite.tasksets}
+
+    # ---- the baseline's own trial ----
+
+    def baseline_first(self, server: Any) -> SuiteResult:
+        """In the baseline's trial: the fewest answers any walk needs (the whole suite in smoke mode), then
+        the baseline rules on what it answered.
+
+        Raises:
+            BaselineUnmeasured: failed episodes, answers dominated by the token budget, or tasksets too
+                small for the claimed power.
+        """
+        first = first_walk(self.policy, len(self.suite.tasksets))
+        for spec in self.suite.tasksets:
+            answers = self.baseline[spec.name]
+            enough = (lambda eps, n=first: f"answered {n}" if len({e.task_key for e in eps}) >= n else None) \
+                if self.policy.judge else None
+            if answers.answered < first or not self.policy.judge:
+                answers.answer(self.answer, server, enough)
+        self.check_baseline()
+        return self.baseline_result()
+
+    def baseline_result(self) -> SuiteResult:
+        return SuiteResult(suite=self.suite.name, run_dir=str(next(iter(self.baseline.values())).root.parent),
+                           tasksets=tuple(a.result() for a in self.baseline.values()))
+
+    def check_baseline(self) -> None:
+        if not self.policy.judge:
+            return
+        k = len(self.suite.tasksets)
+        problems = [p for spec in self.suite.tasksets for p in
+                    baseline_problems(self.baseline[spec.name].result(), self.policy, k, spec.planned_tasks)]
+        if problems:
+            raise BaselineUnmeasured("the baseline's answers cannot be the reference: " + "; ".join(problems),
+                                     constraint="tasks", outcome="baseline_tasks_invalid")
+
+    # ---- a candidate ----
+
+    def verdict(self, spec: TasksetSpec, candidate: Answers) -> tuple[TasksetVerdict, TasksetResult, TasksetResult,
+                                                                         int | None]:
+        """The walk on the tasks both sides answered; sized on the whole taskset until both ran out."""
+        base, cand = self.baseline[spec.name].result(), candidate.result()
+        common = {e.task_key for e in base.episodes} & {e.task_key for e in cand.episodes}
+        base, cand = _restrict(base, common), _restrict(cand, common)
+        final = self._over(spec, candidate)
+        planned = None if final or not self.policy.judge else spec.planned_tasks
+        verdict = compare_taskset(base, cand, self.policy, tasksets=len(self.suite.tasksets), planned_tasks=planned)
+        return verdict, base, cand, planned
+
+    def _over(self, spec: TasksetSpec, cand: Answers) -> bool:
+        """Both sides ran out of tasks: the walk ends here, decided or not."""
+        base = self.baseline[spec.name]
+        return cand.exhausted and (base.exhausted or base.answered >= cand.answered)
+
+    def judge(self, candidate_dir: Path, *, serve_candidate: Callable[[], AbstractContextManager[Any]],
+              serve_baseline: Callable[[], AbstractContextManager[Any]], server: Any = None,
+              release: Callable[[], None] | None = None) -> Judgment:
+        """Judge one candidate, launching each side as the walks need it. `server`: the candidate's, already
+        up, answered on first; `release()` stops it before the baseline's server starts (one GPU).
+
+        Raises:
+            BaselineUnmeasured: the baseline's answers break its rules (the study cannot judge anyone).
+            TasksetRunError, EvalError: from eval, unchanged (a smoke run that does not complete).
+        """
+        specs = list(self.suite.tasksets)
+        cand = {spec.name: Answers(candidate_dir, spec) for spec in specs}
+        done: dict[str, TasksetVerdict] = {}
+
+        def settle() -> bool:
+            """Record decided tasksets; True when the judgment is over (all decided, or one rejected)."""
+            for spec in specs:
+                if spec.name in done:
+                    continue
+                verdict = self.verdict(spec, cand[spec.name])[0]
+                over = self._over(spec, cand[spec.name])
+                if _decided(verdict) or over or (not self.policy.judge and cand[spec.name].exhausted):
+                    done[spec.name] = verdict
+            return len(done) == len(specs) or any(v.decision == "rejected" for v in done.values())
+
+        def needs_baseline(spec: TasksetSpec) -> bool:
+            b, c = self.baseline[spec.name], cand[spec.name]
+            return self.policy.judge and not b.exhausted and (c.answered > b.answered or c.exhausted)
+
+        first = server
+        while not settle():
+            waiting = [s for s in specs if s.name not in done]
+            if any(not needs_baseline(s) for s in waiting):  # the candidate answers ahead first
+                with (nullcontext(first) if first is not None else serve_candidate()) as up:
+                    first = None
+                    for spec in waiting:
+                        if not needs_baseline(spec):
+                            cand[spec.name].answer(self.answer, up, self._candidate_rule(spec, cand[spec.name]))
+                        if settle():
+                            break
+                continue
+            if first is not None or release is not None:  # one server at a time: the candidate's goes down
+                first = None
+                if release is not None:
+                    release()
+                    release = None
+            with serve_baseline() as up:
+                for spec in waiting:
+                    if needs_baseline(spec):
+                        self.baseline[spec.name].answer(self.answer, up, self._baseline_rule(spec, cand[spec.name]))
+                        self.check_baseline()
+                    if settle():
+                        break
+        return self._judgment(specs, cand, done)
+
+    def _candidate_rule(self, spec: TasksetSpec, cand: Answers) -> StopRule | None:
+        if not self.policy.judge:
+            return None  # a smoke run answers everything
+        base = self.baseline[spec.name].result()  # unchanged while the candidate answers
+        limit = base.tasks + self.lookahead[spec.name]
+
+        def rule(episodes: list[EpisodeOutcome]) -> str | None:
+            if _decided(self._walk(spec, base, _as_result(spec, episodes))):
+                return "the walk decided"
+            return f"{limit} answered, ahead of the baseline" if len({e.task_key for e in episodes}) >= limit \
+                else None
+
+        return rule
+
+    def _baseline_rule(self, spec: TasksetSpec, cand: Answers) -> StopRule:
+        answered = cand.result()  # unchanged while the baseline answers
+        target = answered.tasks
+
+        def rule(episodes: list[EpisodeOutcome]) -> str | None:
+            if _decided(self._walk(spec, _as_result(spec, episodes), answered)):
+                return "the walk decided"
+            return "caught up with the candidate" if len({e.task_key for e in episodes}) >= target else None
+
+        return rule
+
+    def _walk(self, spec: TasksetSpec, base: TasksetResult, cand: TasksetResult) -> TasksetVerdict:
+        common = {e.task_key for e in base.episodes} & {e.task_key for e in cand.episodes}
+        return compare_taskset(_restrict(base, common), _restrict(cand, common), self.policy,
+                               tasksets=len(self.suite.tasksets), planned_tasks=spec.planned_tasks,
+                               observed_power=False)
+
+    def _judgment(self, specs: list[TasksetSpec], cand: dict[str, Answers],
+                  done: dict[str, TasksetVerdict]) -> Judgment:
+        verdicts, bases, cands, planned = [], [], [], {}
+        for spec in specs:
+            if spec.name not in done:
+                continue  # not run: an earlier taskset was rejected
+            verdict, base, c, size = self.verdict(spec, cand[spec.name])
+            verdicts.append(verdict)
+            bases.append(base)
+            cands.append(c)
+            planned[spec.name] = size
+        root = str(next(iter(cand.values())).root.parent)
+        return Judgment(passed=bool(verdicts) and all(v.passed for v in verdicts), verdicts=tuple(verdicts),
+                        baseline=SuiteResult(suite=self.suite.name, run_dir=str(self.baseline_result().run_dir),
+                                             tasksets=tuple(bases)),
+                        candidate=SuiteResult(suite=self.suite.name, run_dir=root, tasksets=tuple(cands)),
+                        planned=planned, baseline_answered={k: a.answered for k, a in self.baseline.items()},
+                        candidate_answered={k: a.answered for k, a in cand.items()})
+

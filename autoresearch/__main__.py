@@ -4,12 +4,13 @@ Usage:
     python -m autoresearch                                  # embedded default: tiny model, CPU, offline suite
     python -m autoresearch --suite broad --model DIR|ORG/REPO@REV [--trials N | --hours H] [--vram 24GiB]
                            [--study NAME] [--storage URL]
-    python -m autoresearch export [--study NAME] [--storage URL] [--out champion.json]
+    python -m autoresearch export [--study NAME] [--storage URL] [--out champion.json] [--format serving|tabbyapi]
     python -m autoresearch report [--study NAME] [--storage URL]
     python -m autoresearch plan --hours H (--study NAME | --decode-tok-s R --prefill-tok-s R [--answer-tokens N])
                            # what a night buys, without running: trials, task-tier judgments, power
     python -m autoresearch sweep --model DIR --baseline B.json --candidate NAME=C.json ... --db URL
                            # fidelity only: the baseline protocol, then each candidate in a fresh launch
+    python -m autoresearch workload --suite offline --out workload.json   # the suite's tasks for bench --workload
 
 Exit status: 0 done, 1 the run failed (plan: the night cannot make its claim), 2 usage or storage error.
 """
@@ -24,9 +25,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from autoresearch.errors import AutoresearchError, PlanError, StorageError
+from autoresearch.errors import PlanError, StorageError
 from autoresearch.night import add_rate_arguments
 from eval.policy_args import add_task_policy_arguments, task_policy_from_args
+from tuner_errors import TunerError
 
 log = logging.getLogger("autoresearch")
 DEFAULT_STORAGE = "sqlite:///results.db"
@@ -43,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--draft-model", help="a draft checkpoint of the same vocabulary (a small causal LM, or a "
                         "DFlash drafter; exllamav3 decides which): the study may then draft with it")
     parser.add_argument("--suite", help="task suite: offline, smoke, broad, quick, full, or none (gate on fidelity "
-                        "only) (default: offline for the embedded default, broad with --model)")
+                        "only) (default: offline for the embedded default, broad with --model, whose task tier is "
+                        "a guard)")
     parser.add_argument("--enqueue", action="append", default=[], metavar="KNOB=VALUE[,KNOB=VALUE]",
                         help="try this change of the baseline early (repeatable), e.g. --enqueue max_chunk_size=4096")
     parser.add_argument("--baseline", metavar="KNOB=VALUE[,KNOB=VALUE]",
@@ -97,7 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--grace", type=int, default=60,
                         help="shared studies: seconds without a heartbeat after which another worker, on any host, "
                         "retries the trial or takes over the claim (default 60; well above the hosts' clock skew)")
-    parser.add_argument("--out", type=Path, default=Path("champion.json"), help="export: where to write the config")
+    parser.add_argument("--out", type=Path, help="export: where to write it (default: champion.json for --format serving, "
+                        "the folder tabbyapi-export for --format tabbyapi)")
+    parser.add_argument("--format", choices=("serving", "tabbyapi"), default="serving",
+                        help="export: this project's serving config (default), or TabbyAPI's config.yml + exl3.env, "
+                        "with the settings TabbyAPI cannot express and their measured cost in NOT-EXPRESSED.md")
+    parser.add_argument("--full-champion", action="store_true",
+                        help="export the confirmed champion even when a minimal champion passed the gate")
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser
 
@@ -152,7 +161,8 @@ def make_plan(args: argparse.Namespace):
     baseline_changes = _assignments(args.baseline.split(","), "--baseline") if args.baseline else {}
     overrides = _suite_overrides(args, embedded=model.is_embedded)
     # The embedded default's random model answers nothing right: its task tier is a smoke check, and says so.
-    gate_policy = _gate_policy(args, judge=not model.is_embedded)
+    # broad's 3-10 tasks per taskset cannot show that nothing was lost: its tier is a guard, and says what it sees.
+    gate_policy = _gate_policy(args, mode="smoke" if model.is_embedded else "guard" if suite == "broad" else "judge")
     if suite != "none" and args.command == "run":
         _check_task_power(suite, overrides, gate_policy.tasks)
     workload = _workload(args, suite, overrides) if args.command == "run" else None
@@ -205,7 +215,7 @@ def _stored_study(args: argparse.Namespace) -> dict | None:
     return attrs if "model" in attrs and "engine" in attrs and "suite" in attrs else None
 
 
-def _gate_policy(args: argparse.Namespace, *, judge: bool):
+def _gate_policy(args: argparse.Namespace, *, mode: str):
     import dataclasses
 
     from eval import GatePolicy
@@ -216,7 +226,7 @@ def _gate_policy(args: argparse.Namespace, *, judge: bool):
                if getattr(args, name) is not None}
     try:
         return GatePolicy(fidelity=dataclasses.replace(policy.fidelity, **changes),
-                          tasks=task_policy_from_args(args, judge=judge))
+                          tasks=task_policy_from_args(args, mode=mode))
     except EvalConfigError as exc:
         raise PlanError(str(exc)) from exc
 
@@ -261,7 +271,7 @@ def _workload(args: argparse.Namespace, suite_name: str, overrides: dict):
         if choice == "suite":
             if suite_name == "none":
                 raise PlanError("--bench-workload suite needs a suite; with --suite none use corpus or a FILE")
-            from eval.workload import suite_workload
+            from autoresearch.workload import suite_workload
 
             return suite_workload(_suite_spec(suite_name, overrides))
         return Workload.load(Path(choice))
@@ -318,6 +328,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sweep_args = sweep.build_parser().parse_args(argv[1:])
         setup_logging(sweep_args.verbose)
         return sweep.command(sweep_args)
+    if argv[:1] == ["workload"]:
+        from autoresearch import workload
+
+        workload_args = workload.build_parser().parse_args(argv[1:])
+        setup_logging(workload_args.verbose)
+        return workload.command(workload_args)
     args = build_parser().parse_args(argv)
     if args.command == "sweep":
         print("error: write `sweep` first: python -m autoresearch sweep --help", file=sys.stderr)
@@ -353,7 +369,7 @@ def _plan_command(args: argparse.Namespace) -> int:
     suite = args.suite or (stored or {}).get("suite") or "offline"
     if suite == "none":
         raise PlanError("plan: --suite none has no task tier to plan")
-    policy = _gate_policy(args, judge=True).tasks
+    policy = _gate_policy(args, mode="guard" if suite == "broad" else "judge").tasks
     try:
         return plan_command(args, _suite_spec(suite, _suite_overrides(args, embedded=False)), policy)
     except ValueError as exc:
@@ -372,7 +388,7 @@ def _run_command(args: argparse.Namespace, shown_storage: str) -> int:
         if args.command == "export":
             from autoresearch.export import export_champion
 
-            return export_champion(plan, args.out)
+            return export_champion(plan, args.out, fmt=args.format, full=args.full_champion)
         if args.command == "report":
             from autoresearch.export import regenerate_report
 
@@ -383,18 +399,9 @@ def _run_command(args: argparse.Namespace, shown_storage: str) -> int:
     except PlanError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except AutoresearchError as exc:
+    except TunerError as exc:  # every package's deliberate errors: a clear line, not a traceback
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    except Exception as exc:  # the other packages' deliberate errors: a clear line, not a traceback
-        from eval.errors import EvalError
-        from search_space.errors import SearchSpaceError
-        from serving.errors import ServingError
-
-        if isinstance(exc, EvalError | SearchSpaceError | ServingError):
-            print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
-            return 1
-        raise
     except KeyboardInterrupt:
         print("interrupted: the study is saved; run the same command again to continue", file=sys.stderr)
         return 1

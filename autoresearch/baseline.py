@@ -30,7 +30,7 @@ from typing import Any, Generic, TypeVar
 import optuna
 
 from autoresearch.db import ResultsDB
-from autoresearch.errors import BaselineUnmeasured, Unmeasured
+from autoresearch.errors import BaselineNotReady, BaselineUnmeasured, Unmeasured
 from bench import BenchResult, NoiseFloor, mark_stalls
 from eval import (
     EvalStore,
@@ -44,19 +44,12 @@ from eval import (
 from eval.decision import TaskPolicy, baseline_problems
 from eval.probes import ProbeSet
 
-__all__ = ["BaselineEvidence", "BaselineNotReady", "BaselineRun", "load_baseline", "measured_or_stop", "run_baseline",
+__all__ = ["BaselineEvidence", "BaselineRun", "load_baseline", "measured_or_stop", "run_baseline",
            "save_baseline", "stored_speed_floor", "wait_for_baseline"]
 
 log = logging.getLogger(__name__)
 _KEY = "baseline_evidence"
 M = TypeVar("M")
-
-
-class BaselineNotReady(Exception):
-    """The baseline must run (again) before this candidate; the candidate is re-enqueued, not lost.
-
-    The loop passes it to optimize(catch=...): the trial ends FAIL, which no sampler counts or learns from.
-    """
 
 
 # ---- the protocol ----
@@ -134,10 +127,10 @@ def _stored_reference(store: EvalStore, model_manifest_hash: str, probe_set: Pro
 
 def _reference_suite(run: Callable[[int], SuiteResult], policy: TaskPolicy) -> SuiteResult:
     """The task tier's reference, or the study stops: a baseline with failed episodes is run once more,
-    and one that still fails, hits its token budget on most answers or has too few tasks for the
-    claimed power cannot judge anyone (smoke mode records it and judges nothing)."""
+    and one that still fails, hits its token budget on most answers or (judge mode) has too few tasks
+    for the claimed power cannot judge anyone (smoke mode records it and judges nothing)."""
     suite = run(0)
-    problems = _suite_problems(suite, policy) if policy.judge else []
+    problems = _suite_problems(suite, policy) if policy.decides else []
     if problems and any(t.failures for t in suite.tasksets):
         log.warning("the baseline's suite run had operational failures; running it once more: %s", problems)
         suite = run(1)

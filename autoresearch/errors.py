@@ -1,22 +1,27 @@
 """Errors raised on purpose by the autoresearch loop.
 
-    AutoresearchError
-    ├── PlanError          a CLI value or combination is invalid (also a ValueError)
-    ├── ModelSourceError   the model cannot be found, downloaded or verified
-    ├── StudyError         the stored study does not match this run (directions, engine, model)
-    ├── PortUnavailable    the server port stays taken by another process: no configuration is to blame
-    ├── StorageError       the results database cannot be read or written (corrupt, not a database)
-    └── Unmeasured         a bench result lacks a valid run at some point of the plan
-        └── BaselineUnmeasured   ...the baseline's: nothing can be judged, the study stops
+    TunerError
+    └── AutoresearchError
+        ├── PlanError          a CLI value or combination is invalid (also a ValueError)
+        ├── ModelSourceError   the model cannot be found, downloaded or verified
+        ├── StudyError         the stored study does not match this run (directions, engine, model)
+        ├── PortUnavailable    the server port stays taken by another process: no configuration is to blame
+        ├── StorageError       the results database cannot be read or written (corrupt, not a database)
+        ├── Unmeasured         a bench result lacks a valid run at some point of the plan
+        │   └── BaselineUnmeasured   ...the baseline's: nothing can be judged, the study stops
+        ├── BaselineNotReady   the baseline must run (again) before this candidate: an outcome, not a failure
+        └── ConfirmedElsewhere another worker holds the claim to confirm these finalists: an outcome
 """
 
 from __future__ import annotations
 
-__all__ = ["AutoresearchError", "BaselineUnmeasured", "ModelSourceError", "PlanError", "PortUnavailable", "StorageError", "StudyError",
+from tuner_errors import TunerError
+
+__all__ = ["AutoresearchError", "BaselineNotReady", "BaselineUnmeasured", "ConfirmedElsewhere", "ModelSourceError", "PlanError", "PortUnavailable", "StorageError", "StudyError",
            "Unmeasured"]
 
 
-class AutoresearchError(Exception):
+class AutoresearchError(TunerError):
     """Base for every error the loop raises on purpose."""
 
 
@@ -55,3 +60,14 @@ class PortUnavailable(AutoresearchError):
 
 class StorageError(AutoresearchError):
     """The results database cannot be used; the message names it and says why in one line."""
+
+
+class BaselineNotReady(AutoresearchError):  # noqa: N818 - an outcome, not a failure
+    """The baseline must run (again) before this candidate; the candidate is re-enqueued, not lost.
+
+    The loop passes it to optimize(catch=...): the trial ends FAIL, which no sampler counts or learns from.
+    """
+
+
+class ConfirmedElsewhere(AutoresearchError):  # noqa: N818 - an outcome, not a failure
+    """Another worker of the study holds the claim to confirm these finalists."""

@@ -1,4 +1,7 @@
-"""The champion as a serving config, and the command that serves it; regenerating RESULTS.md."""
+"""The champion as a serving config (this project's, or TabbyAPI's config.yml + exl3.env); regenerating RESULTS.md.
+
+`export` writes the minimal champion (autoresearch.minimize) once it has passed the gate, else the
+confirmed champion; `--full-champion` always writes the confirmed one."""
 
 from __future__ import annotations
 
@@ -6,12 +9,16 @@ import sys
 from pathlib import Path
 
 import optuna
+import yaml
 
+from autoresearch.change_costs import MINIMIZATION_ATTR, signed_change
 from autoresearch.db import ResultsDB
 from autoresearch.errors import StudyError
 from autoresearch.finalists import load_champion
+from autoresearch.minimize import Cost, Minimization
 from autoresearch.plan import RunPlan
 from autoresearch.report import write_report
+from autoresearch.tabbyapi import TabbyExport, expressible_subset, to_tabbyapi
 from eval import EvalStore
 from serving.config import ServingConfig
 
@@ -25,18 +32,91 @@ def _load(plan: RunPlan) -> optuna.Study:
         raise StudyError(f"no study {plan.study_name!r} in {plan.storage_url}; run the loop first") from exc
 
 
-def export_champion(plan: RunPlan, out: Path) -> int:
+def _exported_config(study: optuna.Study, champion: dict, *, full: bool) -> tuple[ServingConfig, str, Minimization | None]:
+    """The config `export` writes: the minimal champion once it passed the gate, else the confirmed one."""
+    config = ServingConfig.from_dict(champion["config"])  # validated before anyone serves it
+    who = "the baseline" if champion["is_baseline"] else f"trial {champion['trial']}"
+    stored = study.user_attrs.get(MINIMIZATION_ATTR)
+    minimization = Minimization.from_dict(stored) if stored else None
+    if minimization is None or full:
+        return config, f"{who} (the confirmed champion)", minimization
+    gate = minimization.extra.get("gate")
+    if gate is None or not gate["passed"]:
+        why = "its gate has not been run" if gate is None else f"it failed the gate: {gate['reason']}"
+        print(f"the minimal champion is not exported: {why}; exporting the confirmed champion", file=sys.stderr)
+        return config, f"{who} (the confirmed champion)", minimization
+    kept = len(minimization.kept)
+    return minimization.minimal, f"the minimal champion ({kept} of {who}'s {len(minimization.changes)} changes)", \
+        minimization
+
+
+def export_champion(plan: RunPlan, out: Path | None, *, fmt: str = "serving", full: bool = False) -> int:
+    """Write the champion as this project's serving config (`serving`) or as TabbyAPI's files (`tabbyapi`)."""
     study = _load(plan)
     champion = load_champion(study)
     if champion is None:
         raise StudyError(f"study {plan.study_name} has no champion yet: the loop decides it after its last trial")
-    config = ServingConfig.from_dict(champion["config"])  # validated before anyone serves it
+    config, who, minimization = _exported_config(study, champion, full=full)
+    if fmt == "tabbyapi":
+        return _export_tabbyapi(plan, study, config, who, minimization, out or Path("tabbyapi-export"))
+    out = out or Path("champion.json")
     out.write_text(config.to_json() + "\n")
-    who = "the baseline" if champion["is_baseline"] else f"trial {champion['trial']}"
     print(f"wrote {out}: {who}, decode {champion['decode_tok_per_s']:.2f} tok/s, prefill "
-          f"{champion['prefill_tok_per_s']:.1f} tok/s ({champion['speedup']:.3f}x the baseline)")
+          f"{champion['prefill_tok_per_s']:.1f} tok/s ({champion['speedup']:.3f}x the baseline, as confirmed)")
     print(f"serve it:\n  python -m serving --model {plan.model.path} --config {out}")
     return 0
+
+
+def _is_hybrid(study: optuna.Study) -> bool:
+    """The model has recurrent state: the baseline trial has the knob that only applies to such models."""
+    return any(t.user_attrs.get("role") == "baseline" and "cache_slots" in t.params for t in study.trials)
+
+
+def _export_tabbyapi(plan: RunPlan, study: optuna.Study, config: ServingConfig, who: str,
+                     minimization: Minimization | None, out: Path) -> int:
+    if config.engine != "exllamav3":
+        raise StudyError(f"study {plan.study_name} ran the {config.engine} engine; TabbyAPI serves exllamav3 checkpoints")
+    hybrid = _is_hybrid(study)
+    export = to_tabbyapi(config, model_path=plan.model.path, hybrid=hybrid)
+    out.mkdir(parents=True, exist_ok=True)
+    head = f"# {who} of study {plan.study_name}, exported by `python -m autoresearch export --format tabbyapi`\n"
+    (out / "config.yml").write_text(head + yaml.safe_dump(export.config, sort_keys=False))
+    (out / "exl3.env").write_text(head + "".join(f"{k}={v}\n" for k, v in export.env.items()))
+    lines = _not_expressed(export, config, minimization, hybrid=hybrid)
+    (out / "NOT-EXPRESSED.md").write_text(f"# What TabbyAPI cannot express of {who}\n\n" + "\n".join(lines) + "\n")
+    print(f"wrote {out}/config.yml, {out}/exl3.env and {out}/NOT-EXPRESSED.md: {who}")
+    print("\n".join(lines))
+    print(f"serve it: cp {out}/config.yml <tabbyAPI>/config.yml && env $(grep -v '^#' {out}/exl3.env | xargs) "
+          "python main.py")
+    return 0
+
+
+def _not_expressed(export: TabbyExport, config: ServingConfig, minimization: Minimization | None, *,
+                   hybrid: bool) -> list[str]:
+    """The settings TabbyAPI cannot express with their measured cost, and what TabbyAPI runs instead."""
+    if export.equivalent:
+        return ["TabbyAPI expresses every setting: it runs this configuration (it does not call exllamav3's "
+                "warmup(): discard its first requests when timing it)."]
+    costs = minimization.costs if minimization else {}
+    lines = ["**Not equivalent.** TabbyAPI has no key for these settings and runs the value after the arrow:", ""]
+    for u in export.unexpressed:
+        cost = costs.get(u.field)
+        measured = (f"removing it alone from the champion: request time {signed_change(cost.request, time=True)}, "
+                    f"decode {signed_change(cost.decode)}" if cost else "its cost was not measured (no minimization "
+                    "removed it alone)")
+        lines.append(f"- `{u.field}={u.value}` -> `{u.tabby_runs}` ({u.why}); {measured}")
+    subset = expressible_subset(config, hybrid=hybrid)
+    measured = (minimization.extra.get("tabbyapi_subset") or {}) if minimization else {}
+    lines += ["", f"config.yml and exl3.env are the subset TabbyAPI can run (config digest `{subset.digest[:12]}`)."]
+    if measured.get("digest") == subset.digest and measured.get("cost"):
+        cost = Cost.from_dict(measured["cost"])
+        lines.append(f"Measured against the champion ({cost.launches} fresh launches each, interleaved): request time "
+                     f"{signed_change(cost.request, time=True)}, decode {signed_change(cost.decode)}, prefill "
+                     f"{signed_change(cost.prefill)}; bench's verdict: {cost.verdict}.")
+    else:
+        lines.append("Its speed has not been measured: the minimization measures it when the minimal champion has "
+                     "settings TabbyAPI cannot express.")
+    return lines
 
 
 def regenerate_report(plan: RunPlan) -> int:

@@ -25,24 +25,20 @@ import optuna
 
 from autoresearch.baseline import stored_speed_floor
 from autoresearch.db import ResultsDB
-from autoresearch.errors import Unmeasured
+from autoresearch.errors import ConfirmedElsewhere, Unmeasured
 from autoresearch.objectives import objective_metrics, objectives_from_bench, speedup_score
 from autoresearch.plan import RunPlan, worker_gone, worker_name
 from autoresearch.servers import serve
 from autoresearch.study import feasible
-from bench import BenchResult, Endpoint, MissingMetric, NoiseFloor, compare, noise_floor, run_bench
-from bench.errors import BenchError
+from bench import BenchError, BenchResult, MissingMetric, NoiseFloor, compare, noise_floor, run_bench
+from openai_client import ClientError, Endpoint
 from search_space import SearchSpace, config_from_params
 from serving.errors import LaunchError
 
-__all__ = ["Champion", "ConfirmedElsewhere", "confirm_finalists", "feasible_front", "judge_finalist", "load_champion", "median_objectives"]
+__all__ = ["Champion", "confirm_finalists", "feasible_front", "judge_finalist", "load_champion", "median_objectives"]
 
 log = logging.getLogger(__name__)
 _CHAMPION = "champion"
-
-
-class ConfirmedElsewhere(Exception):  # noqa: N818 - an outcome, not a failure
-    """Another worker of the study holds the claim to confirm these finalists."""
 
 
 @dataclass(frozen=True)
@@ -197,7 +193,7 @@ def _launch_and_bench(plan: RunPlan, space: SearchSpace, t: optuna.trial.FrozenT
                    startup_timeout_s=plan.startup_timeout_s) as server:
             result = run_bench(dataclasses.replace(plan.bench_plan, salt=secrets.token_hex(4)), Endpoint(url=server.url),
                                workload=plan.workload)
-    except (LaunchError, BenchError) as exc:
+    except (LaunchError, BenchError, ClientError) as exc:
         log.warning("finalist trial %d launch %d failed: %s", t.number, launch, exc)
         return None
     db.add_measurement(study=plan.study_name, trial=None, kind="finalist_bench", config_digest=config.digest,

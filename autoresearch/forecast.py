@@ -198,7 +198,7 @@ class Forecast:
     claimed_power: float
     problems: tuple[str, ...]  # why the night cannot make its claim
     advice: tuple[str, ...]  # what would
-    judging: bool = True  # False: the task tier is a smoke check, which judges nothing
+    judging: bool = True  # False: smoke or guard mode, which answer every task (no sequential walk)
 
     @property
     def fits(self) -> bool:
@@ -240,8 +240,8 @@ class Forecast:
         for a in self.advice:
             lines.append(f"  would: {a}")
         if not self.judging:
-            lines.append("  smoke check (--task-tier smoke): the suite runs on the finalist before it is crowned "
-                         "and judges nothing; the power above is not claimed.")
+            lines.append("  not the sequential test (--task-tier smoke or guard): every task is answered by both "
+                         "sides, and the power above is not the claim (RESULTS.md states the guard's).")
         elif self.fits:
             lines.append(f"  fits: every judged taskset has power >= {self.claimed_power:.0%} within --hours.")
         return "\n".join(lines) + "\n"

@@ -10,10 +10,9 @@ import logging
 
 import optuna
 
-from autoresearch.baseline import BaselineNotReady
 from autoresearch.db import ResultsDB
-from autoresearch.errors import BaselineUnmeasured
-from autoresearch.finalists import ConfirmedElsewhere, confirm_finalists, feasible_front
+from autoresearch.errors import BaselineNotReady, BaselineUnmeasured, ConfirmedElsewhere
+from autoresearch.finalists import confirm_finalists, feasible_front
 from autoresearch.night import announce, assumed_rates, forecast_for, study_rates
 from autoresearch.objectives import speedup_score
 from autoresearch.plan import RunPlan
@@ -72,7 +71,7 @@ def run(plan: RunPlan) -> int:
                 rates = study_rates(study, db, runner.suite, rates)
             forecast = forecast_for(rates, policy=plan.gate_policy.tasks, hours=plan.hours, trials=plan.trials,
                                     finalists=plan.finalists, finalist_launches=plan.finalist_launches,
-                                    scope=plan.task_tier_scope, judging=plan.gate_policy.tasks.judge)
+                                    scope=plan.task_tier_scope, judging=plan.gate_policy.tasks.mode == "judge")
             announce(study, forecast, when)
             progress.set_plan(forecast.stage_s(), forecast.total_s)
 

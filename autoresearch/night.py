@@ -118,6 +118,6 @@ def plan_command(args: argparse.Namespace, suite: SuiteSpec, policy: TaskPolicy)
         rates = rates_from_args(args, suite)
     forecast = plan_night(rates, policy=policy, hours=args.hours, finalists=args.finalists,
                           finalist_launches=args.finalist_launches, scope=args.task_tier_scope,
-                          judging=policy.judge)
+                          judging=policy.mode == "judge")
     print(forecast.text(), end="")
     return 0 if forecast.fits else 1

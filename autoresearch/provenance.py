@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch.db import ResultsDB
-from bench import BenchResult, Client, Endpoint
-from bench.errors import BenchError
+from bench import BenchResult
+from openai_client import Client, ClientError, Endpoint
 from serving.config import ServingConfig
 
 __all__ = ["collect_provenance", "gpu_uuid", "project_commit", "record_provenance", "server_info"]
@@ -24,11 +24,11 @@ log = logging.getLogger(__name__)
 
 
 def server_info(url: str) -> dict | None:
-    """The server's /v1/server_info through bench's client; None where it has none or does not answer."""
+    """The server's /v1/server_info through the one client (openai_client); None where it has none or does not answer."""
     try:
         with Client(Endpoint(url=url), timeout_s=30) as client:
             return client.server_info()
-    except BenchError as exc:
+    except ClientError as exc:
         log.warning("no /v1/server_info from %s: %s", url, exc)
         return None
 

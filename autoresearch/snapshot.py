@@ -15,6 +15,7 @@ from typing import Any
 
 import optuna
 
+from autoresearch.change_costs import MINIMIZATION_ATTR, ChangeCosts, read_change_costs
 from autoresearch.db import ResultsDB
 from autoresearch.finalists import feasible_front, load_champion
 from autoresearch.objectives import DECODE_RATE, PREFILL_RATE
@@ -143,6 +144,7 @@ class TaskDecisionRow:
 class TaskTier:
     policy: Any  # eval.decision.TaskPolicy
     decisions: list[TaskDecisionRow]
+    guard: tuple = ()  # guard mode: eval.guard.GuardStatement per taskset of the baseline's run
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,7 @@ class StudySnapshot:
     provenance: Provenance | None
     points: list[Point]
     decode_by_kind: DecodeByKind | None = None  # the baseline and the champion on each decode point
+    change_costs: ChangeCosts | None = None  # what each change of the champion bought (its minimization)
     plot: str | None = None  # the Pareto plot's file name, once drawn
     night_plan: dict | None = None  # the latest night plan (autoresearch.night), as the loop printed it
 
@@ -238,13 +241,22 @@ def read_fidelity_gate(plan: RunPlan, store: EvalStore) -> dict:
     return rows[-1]["policy"]["fidelity"] if rows else to_jsonable(plan.gate_policy)["fidelity"]
 
 
-def read_task_tier(plan: RunPlan, store: EvalStore) -> TaskTier:
-    """Every candidate's paired test per taskset (verdicts from before the sequential test are left out)."""
+def read_task_tier(plan: RunPlan, store: EvalStore, baseline_tasksets: list[TasksetRow] = ()) -> TaskTier:
+    """Every candidate's paired test per taskset (verdicts from before the sequential test are left out),
+    and in guard mode what the guard can detect on the baseline's tasks (the policy's design, exactly)."""
     rows = []
     for row in _decisions(plan, store):
         trial = str(row["candidate_label"]).split(":")[-2].removeprefix("trial-")
         rows += [TaskDecisionRow(trial, v) for v in row["evidence"].get("tasksets") or [] if "decision" in v]
-    return TaskTier(policy=plan.gate_policy.tasks, decisions=rows)
+    policy = plan.gate_policy.tasks
+    guard = ()
+    if policy.mode == "guard":
+        from eval.guard import state_guard
+
+        k = len(baseline_tasksets)
+        guard = tuple(state_guard(t.name, policy.guard(t.result.tasks, k), power=policy.power,
+                                  flips=policy.planned_discordance) for t in baseline_tasksets)
+    return TaskTier(policy=policy, decisions=rows, guard=guard)
 
 
 def _finalist_row(f: dict) -> FinalistRow:
@@ -341,9 +353,9 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
     tasksets = task_tier = None
     if plan.suite != "none":
         champ_trial = champion.trial if champion else None
-        tasksets = (_read_tasksets(db, store, plan.study_name, baseline.number if baseline else None, "baseline")
-                    + _read_tasksets(db, store, plan.study_name, champ_trial, f"champion (trial {champ_trial})"))
-        task_tier = read_task_tier(plan, store)
+        base_rows = _read_tasksets(db, store, plan.study_name, baseline.number if baseline else None, "baseline")
+        tasksets = base_rows + _read_tasksets(db, store, plan.study_name, champ_trial, f"champion (trial {champ_trial})")
+        task_tier = read_task_tier(plan, store, base_rows)
     return StudySnapshot(
         plan=plan, generated=dt.datetime.now(dt.UTC), stopped=_stopped(trials, baseline),
         fidelity_gate=read_fidelity_gate(plan, store), champion=champion, front=front,
@@ -354,6 +366,7 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
         decode_by_kind=read_decode_by_kind(db, plan.study_name, study.user_attrs.get("bench_plan") or {},
                                            baseline.number, champion.trial if champion else None)
         if baseline else None,
+        change_costs=read_change_costs(study.user_attrs.get(MINIMIZATION_ATTR)),
         night_plan=study.user_attrs.get("night_plan"))
 
 

@@ -38,8 +38,7 @@ from autoresearch.progress import Progress
 from autoresearch.provenance import record_provenance, server_info
 from autoresearch.servers import serve
 from autoresearch.study import CONSTRAINTS, baseline_trial_params
-from bench import BenchResult, Endpoint, noise_floor, run_bench
-from bench.errors import BenchError
+from bench import BenchError, BenchResult, noise_floor, run_bench
 from bench.metrics import Metric
 from eval import (
     EvalStore,
@@ -52,6 +51,7 @@ from eval import (
     run_suite,
 )
 from eval.errors import EvalError, TasksetRunError
+from openai_client import ClientError, Endpoint
 from results import to_jsonable
 from search_space import (
     MemoryModel,
@@ -354,7 +354,7 @@ class TrialRunner:
             # a fresh salt per run: no prompt of an earlier run may be found in any cache
             plan = dataclasses.replace(self.plan.bench_plan, salt=secrets.token_hex(4))
             result = run_bench(plan, Endpoint(url=server.url), workload=self.plan.workload)
-        except BenchError as exc:
+        except (BenchError, ClientError) as exc:
             log.warning("bench failed on trial %d: %s", trial.number, exc)
             self._measure(trial, config, "bench_error", {"error": str(exc)}, launch=launch)
             raise Unmeasured(f"bench failed: {type(exc).__name__}: {exc}") from exc

@@ -3,31 +3,23 @@ with warm-up, repeats to a target spread, prefix-cache defeat, NVML state, and a
 for calling two configurations different.
 
 Usage (the autoresearch loop):
-    from bench import BenchPlan, Endpoint, run_bench, compare, noise_floor
+    from bench import BenchPlan, run_bench, compare, noise_floor
+    from openai_client import Endpoint
     result = run_bench(BenchPlan(prefill_tokens=(8192,), decode_context_tokens=(1024, 8192)),
                        Endpoint(url=server.url))
     store(result.to_dict())                                   # JSON-able, for results.db
     floor = noise_floor(first_launch.samples(), second_launch.samples())
     verdicts = compare(baseline.samples(), result.samples(), noise_floor=floor)
 
-The client (bench.client: Client, AsyncClient, Endpoint) is the project's one client for
-OpenAI-compatible servers; eval, autoresearch and serving's overhead check use it too.
+The transport is the project's one client for OpenAI-compatible servers (`openai_client`: Client,
+Endpoint and the errors of a server that does not answer as it should); bench times its streams
+(`bench.timing`).
 
 CLI: python -m bench --url URL [--prefill 1024,8192,32768] [--decode 1024,8192] [--json OUT]
 """
 
-from bench.client import AsyncClient, Client, Endpoint
 from bench.corpus import KINDS, PromptKind
-from bench.errors import (
-    BenchConfigError,
-    BenchError,
-    CorpusError,
-    MissingMetric,
-    ProtocolError,
-    ServerRejected,
-    ServerUnreachable,
-    StreamError,
-)
+from bench.errors import BenchConfigError, BenchError, CorpusError, MissingMetric
 from bench.ladder import mark_stalls, run_bench, validate_run
 from bench.plan import BenchPlan
 from bench.records import (
@@ -57,30 +49,23 @@ __all__ = [
     "KINDS",
     "Workload",
     "WorkloadKind",
-    "AsyncClient",
     "BenchConfigError",
     "BenchError",
     "BenchPlan",
     "BenchResult",
-    "Client",
     "Comparison",
     "CorpusError",
     "DecodePoint",
     "DifferenceRule",
-    "Endpoint",
     "GpuIdentity",
     "GpuWindow",
     "MissingMetric",
     "NoiseFloor",
     "PrefillPoint",
     "PromptKind",
-    "ProtocolError",
     "RequestResult",
     "RequestSpec",
     "ServerProfile",
-    "ServerRejected",
-    "ServerUnreachable",
-    "StreamError",
     "Summary",
     "compare",
     "compare_one",

@@ -26,7 +26,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.logging import RichHandler
 
-from bench.client import Endpoint
 from bench.corpus import KINDS
 from bench.errors import BenchConfigError, BenchError
 from bench.ladder import mark_stalls, run_bench
@@ -43,6 +42,8 @@ from bench.report import (
 )
 from bench.stats import DifferenceRule, compare, noise_floor
 from bench.workload import Workload
+from openai_client import Endpoint
+from tuner_errors import TunerError
 
 log = logging.getLogger("bench")
 
@@ -100,7 +101,7 @@ def _measure_parser() -> argparse.ArgumentParser:
                    help="prompt kinds for decode: math,code,mc (default: all, or every kind of --workload)")
     p.add_argument("--workload", type=Path,
                    help="decode on these tasks instead of the corpus (a bench workload JSON, e.g. from "
-                        "`python -m eval workload --suite offline`): one decode point per kind and context")
+                        "`python -m autoresearch workload --suite offline`): one decode point per kind and context")
     p.add_argument("--decode-tokens", type=int, default=256,
                    help="output length per decode run: exactly this, or at most this with --decode-until eos")
     p.add_argument("--decode-until", choices=("length", "eos"), default="length",
@@ -326,12 +327,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command is not None:
             return command(argv[1:], console)
         return _measure(argv, console)
-    except BenchConfigError as exc:
+    except TunerError as exc:  # a usage error (a ValueError of the tree) is 2, the others 1
         console.print(f"[red]{type(exc).__name__}[/red]: {exc}")
-        return 2
-    except BenchError as exc:
-        console.print(f"[red]{type(exc).__name__}[/red]: {exc}")
-        return 1
+        return 2 if isinstance(exc, ValueError) else 1
 
 
 if __name__ == "__main__":

@@ -21,9 +21,8 @@ from typing import Any
 
 import httpx
 
-from bench.client import Client, Endpoint, build_body
 from bench.corpus import PromptKind
-from bench.errors import BenchConfigError, ProtocolError, ServerRejected, ServerUnreachable
+from bench.errors import BenchConfigError
 from bench.plan import BenchPlan
 from bench.prompts import Prompt, PromptSource, TokenScale
 from bench.records import (
@@ -37,10 +36,12 @@ from bench.records import (
 )
 from bench.stats import is_settled, summarize
 from bench.telemetry import GpuMonitor
+from bench.timing import timed_stream
 from bench.validity import DECODE_RATE as _DECODE_RATE
 from bench.validity import mark_run_stalls as _mark_stalls
 from bench.validity import mark_stalls, prefill_rate, size_error, validate_run
 from bench.workload import Workload
+from openai_client import Client, Endpoint, ProtocolError, ServerRejected, ServerUnreachable, build_body
 
 __all__ = ["mark_stalls", "run_bench", "validate_run"]  # the last two live in bench.validity
 
@@ -393,9 +394,9 @@ class _Session:
         )
         path = "/v1/chat/completions" if self.plan.api == "chat" else "/v1/completions"
         if self.monitor is None:
-            return self.client.stream(spec, body, path)
+            return timed_stream(self.client, spec, body, path)
         with self.monitor.window() as window:
-            result = self.client.stream(spec, body, path)
+            result = timed_stream(self.client, spec, body, path)
         return dataclasses.replace(result, gpu=window.result)
 
     def _next_serial(self) -> int:

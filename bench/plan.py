@@ -14,7 +14,8 @@ from typing import Any
 
 from bench.corpus import KINDS, PromptKind
 from bench.errors import BenchConfigError
-from bench.records import Api, plan_digest
+from bench.records import plan_digest
+from openai_client import Api
 
 __all__ = ["BenchPlan"]
 

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from bench.corpus import PromptKind
 from bench.metrics import DECODE_RATES, PREFILL_RATES, Metric, Rate
 from bench.stats import Summary, drift_rel, summarize
+from openai_client import Api
 
 __all__ = [
     "BenchResult",
@@ -40,7 +41,6 @@ __all__ = [
     "plan_digest",
 ]
 
-Api = Literal["chat", "completions"]
 Purpose = Literal["probe", "warmup", "measure"]
 
 

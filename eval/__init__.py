@@ -47,7 +47,6 @@ from eval.fidelity import FidelityMeasurement, capture_reference, measure_fideli
 from eval.gate import GateRecord, gate_candidate
 from eval.probes import ProbeSet, ProbeSetConfig, build_probe_set
 from eval.records import EpisodeOutcome, FidelityMetrics, Reference, SuiteResult, TasksetResult
-from eval.run_config import Endpoint
 from eval.runner import dry_run, preflight, run_suite
 from eval.store import EvalStore
 from eval.suites import SUITES, SuiteOverrides, SuiteSpec, apply_overrides, get_suite
@@ -56,7 +55,6 @@ __all__ = [
     "SUITES",
     "Check",
     "DataIntegrityError",
-    "Endpoint",
     "EndpointError",
     "EpisodeOutcome",
     "EvalConfigError",

@@ -8,7 +8,6 @@ Usage:
     python -m eval fidelity capture --url URL --db URL --manifest-hash H
     python -m eval fidelity measure --url URL --db URL --manifest-hash H --role candidate --label L
     python -m eval gate --db URL --manifest-hash H --floor ID --candidate ID [--baseline-suite ID --candidate-suite ID]
-    python -m eval workload --suite offline --out workload.json   # the suite's tasks for bench --workload
 
 eval judges and never launches a server: the fidelity sweep (baseline twice, each candidate in a
 fresh launch) is `python -m autoresearch sweep`; `python -m eval fidelity sweep` says so and exits 2.
@@ -41,6 +40,7 @@ from eval.policy_args import (
     probe_set_from_args,
     task_policy_from_args,
 )
+from tuner_errors import TunerError
 
 console = Console()
 SWEEP_MOVED = "python -m autoresearch sweep --model DIR --baseline B.json --candidate NAME=C.json ... --db URL"
@@ -148,12 +148,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_gate_policy_arguments(gate)
     _add_common(gate)
 
-    wl = sub.add_parser("workload", help="write a suite's tasks as a bench workload (what decode is measured on)")
-    wl.add_argument("--suite", required=True, help="suite name, e.g. offline")
-    wl.add_argument("--per-kind", type=int, default=64, help="tasks per taskset (default 64)")
-    wl.add_argument("--limit", type=int, help="tasks per taskset the suite runs (as --suite-limit)")
-    wl.add_argument("--out", type=Path, required=True, help="the workload JSON to write")
-    wl.add_argument("-v", "--verbose", action="store_true")
     return parser
 
 
@@ -221,11 +215,10 @@ def cmd_data(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from bench.client import Endpoint
-    from bench.errors import BenchConfigError
     from eval import report
     from eval.runner import dry_run, new_run_dir, run_suite
     from eval.suites import SuiteOverrides, apply_overrides, get_suite
+    from openai_client import ClientConfigError, Endpoint
 
     overrides = SuiteOverrides(
         limit=args.limit,
@@ -253,7 +246,7 @@ def cmd_run(args) -> int:
         return 0
     try:
         endpoint = Endpoint(url=args.url, model=args.model, api_key=_read_key(args.api_key_file))
-    except BenchConfigError as exc:
+    except ClientConfigError as exc:
         raise EvalConfigError(f"--url: {exc}") from exc
     store = None
     if args.db:
@@ -368,30 +361,15 @@ def cmd_gate(args) -> int:
     return 0 if record.decision.passed else 1
 
 
-def cmd_workload(args) -> int:
-    from bench import BenchConfigError
-    from eval.suites import SuiteOverrides, apply_overrides, get_suite
-    from eval.workload import suite_workload
-
-    try:
-        workload = suite_workload(apply_overrides(get_suite(args.suite), SuiteOverrides(limit=args.limit)),
-                                  per_kind=args.per_kind)
-    except BenchConfigError as exc:
-        raise EvalConfigError(str(exc)) from exc
-    workload.save(args.out)
-    weights = ", ".join(f"{k} {w:.2f}" for k, w in workload.weights().items())
-    print(f"{args.out}: {workload.name}, sha256 {workload.sha256[:16]}, weights {weights}")
-    for kind in workload.kinds:
-        print(f"  {kind.name}: {len(kind.items)} tasks" + (f" (proxy: {kind.proxy})" if kind.proxy else ""))
-    return 0
-
-
-COMMANDS = {"setup": cmd_setup, "data": cmd_data, "run": cmd_run, "fidelity": cmd_fidelity, "gate": cmd_gate,
-            "workload": cmd_workload}
+COMMANDS = {"setup": cmd_setup, "data": cmd_data, "run": cmd_run, "fidelity": cmd_fidelity, "gate": cmd_gate}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["workload"]:
+        print("error: `python -m eval workload` moved (a suite as bench's workload joins two peers); run "
+              "python -m autoresearch workload --suite NAME --out FILE", file=sys.stderr)
+        return 2
     if argv[:2] == ["fidelity", "sweep"]:
         print(f"error: `python -m eval fidelity sweep` moved (eval judges and launches no server); run {SWEEP_MOVED}",
               file=sys.stderr)
@@ -400,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.verbose)
     try:
         return COMMANDS[args.command](args)
-    except EvalError as exc:
+    except TunerError as exc:
         # Text, not markup: messages quote lists and paths with brackets.
         console.print(Text.assemble((type(exc).__name__, "red"), f": {exc}"), highlight=False, soft_wrap=True)
         if getattr(exc, "log_tail", ""):

@@ -19,10 +19,9 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from bench.client import Client, Endpoint
-from bench.errors import BenchConfigError, BenchError, ServerRejected
 from eval.errors import EndpointError, ProbeMismatch
 from eval.records import ProbeScores, TopK
+from openai_client import Client, ClientConfigError, ClientError, Endpoint, ServerRejected
 
 __all__ = ["CompletionsClient"]
 
@@ -32,10 +31,10 @@ _TOKEN_ID = re.compile(r"^token_id:(\d+)$")
 
 @contextlib.contextmanager
 def _endpoint_errors() -> Iterator[None]:
-    """bench's client errors, as the EndpointError fidelity's callers handle (with the HTTP status)."""
+    """The client's errors, as the EndpointError fidelity's callers handle (with the HTTP status)."""
     try:
         yield
-    except BenchError as exc:
+    except ClientError as exc:
         raise EndpointError(str(exc), status_code=exc.status if isinstance(exc, ServerRejected) else None) from exc
 
 
@@ -52,14 +51,14 @@ def _token_id(token: str) -> int:
 class CompletionsClient:
     """One server under test. Greedy, concurrency 1: fidelity needs a fixed batch shape.
 
-    The transport is bench's client (the project's one client for OpenAI-compatible servers); its
+    The transport is the project's one client for OpenAI-compatible servers (`openai_client`); its
     errors become EndpointError here.
     """
 
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 900.0):
         try:
             endpoint = Endpoint(url=base_url, api_key=api_key)
-        except BenchConfigError as exc:
+        except ClientConfigError as exc:
             raise EndpointError(str(exc)) from exc
         self.base_url = endpoint.url  # the server root; paths add /v1
         self._client = Client(endpoint, timeout_s=timeout_s)

@@ -1,20 +1,23 @@
 """Errors raised on purpose by the eval package.
 
-EvalError
-├── EvalConfigError        a suite, policy, probe set or CLI value is invalid (also a ValueError)
-├── LockError              a file in locks/ is malformed or lacks an entry
-├── MissingEnvironment     a suite's taskset package is not installed (run `python -m eval setup`)
-├── MissingDataset         a pinned dataset is not in the local cache (run `python -m eval data NAME`)
-├── DataIntegrityError     a cached or downloaded file does not match its pinned size or hash
-├── SourceUnavailable      GitHub or the Hub cannot be reached, or a git/pip step failed
-├── RuntimeUnavailable     the suite's runtime (the local Docker engine) is not usable
-├── EndpointError          the server under test refused a request or answered off-contract
-├── MissingReference       no stored fidelity reference for this model manifest and probe set
-├── ProbeMismatch          a server tokenizes a probe differently from the reference
-└── TasksetRunError        a verifiers run of one taskset crashed (not an ok=false episode)
+TunerError
+└── EvalError
+    ├── EvalConfigError        a suite, policy, probe set or CLI value is invalid (also a ValueError)
+    ├── LockError              a file in locks/ is malformed or lacks an entry
+    ├── MissingEnvironment     a suite's taskset package is not installed (run `python -m eval setup`)
+    ├── MissingDataset         a pinned dataset is not in the local cache (run `python -m eval data NAME`)
+    ├── DataIntegrityError     a cached or downloaded file does not match its pinned size or hash
+    ├── SourceUnavailable      GitHub or the Hub cannot be reached, or a git/pip step failed
+    ├── RuntimeUnavailable     the suite's runtime (the local Docker engine) is not usable
+    ├── EndpointError          the server under test refused a request or answered off-contract
+    ├── MissingReference       no stored fidelity reference for this model manifest and probe set
+    ├── ProbeMismatch          a server tokenizes a probe differently from the reference
+    └── TasksetRunError        a verifiers run of one taskset crashed (not an ok=false episode)
 """
 
 from __future__ import annotations
+
+from tuner_errors import TunerError
 
 __all__ = [
     "DataIntegrityError",
@@ -32,7 +35,7 @@ __all__ = [
 ]
 
 
-class EvalError(Exception):
+class EvalError(TunerError):
     """Base for every error the eval package raises on purpose."""
 
 

@@ -8,7 +8,7 @@ stock harness does) to the verifiers interception endpoint with the rollout's se
 Model, sampling and max_tokens are forced by the interception server, and every call is recorded in
 the trace there, exactly as for `null` (verifiers' Harness contract allows an in-process loop).
 
-The request goes through bench's AsyncClient (the project's one client and SSE reader) with the
+The request goes through openai_client's AsyncClient (the project's one client and SSE reader) with the
 same wire behaviour: a streamed request with `stream_options.include_usage` and the Bearer secret;
 a usage chunk and [DONE] are required; a failed connection is verifiers' model transport error.
 
@@ -20,8 +20,7 @@ from __future__ import annotations
 import verifiers.v1 as vf
 from verifiers.v1.errors import MODEL_TRANSPORT_ERROR_EXIT_CODE
 
-from bench.client import AsyncClient, Endpoint
-from bench.errors import ServerRejected, ServerUnreachable, StreamError
+from openai_client import AsyncClient, Endpoint, ServerRejected, ServerUnreachable, StreamError
 
 __all__ = ["InProcessChatHarness"]
 

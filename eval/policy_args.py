@@ -8,6 +8,7 @@ import dataclasses
 
 from eval.decision import FidelityPolicy, GatePolicy, TaskPolicy
 from eval.probes import ProbeSet, ProbeSetConfig, build_probe_set
+from eval.task_decision import TASK_TIER_MODES
 
 __all__ = ["add_gate_policy_arguments", "add_probe_arguments", "add_task_policy_arguments", "gate_policy_from_args",
            "probe_set_from_args", "task_policy_from_args"]
@@ -22,15 +23,18 @@ _FLAGS = {  # flag -> (TaskPolicy field, help)
 
 
 def add_task_policy_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task-tier", choices=["judge", "smoke"],
-                        help="judge: the sequential paired test decides (default with a real model); smoke: the "
-                        "suite runs and is recorded but judges nothing (default for the embedded default model)")
+    parser.add_argument("--task-tier", choices=TASK_TIER_MODES,
+                        help="judge: the sequential paired test decides whether anything was lost (default with a "
+                        "real model, and refused for a suite too small for the claim); guard: the exact sign test "
+                        "rejects only losses the suite's tasks can show and RESULTS.md states the drop it catches "
+                        "(default for --suite broad); smoke: the suite runs and is recorded but judges nothing "
+                        "(default for the embedded default model)")
     for flag, (_, text) in _FLAGS.items():
         parser.add_argument(flag, type=float, help=f"task tier: {text}")
 
 
-def task_policy_from_args(args: argparse.Namespace, *, judge: bool = True) -> TaskPolicy:
-    """The default policy with the flags given; `judge` is the tier's mode when --task-tier is absent.
+def task_policy_from_args(args: argparse.Namespace, *, mode: str = "judge") -> TaskPolicy:
+    """The default policy with the flags given; `mode` is the tier's mode when --task-tier is absent.
 
     Raises:
         EvalConfigError: a value out of range.
@@ -38,7 +42,7 @@ def task_policy_from_args(args: argparse.Namespace, *, judge: bool = True) -> Ta
     changes = {field: getattr(args, flag[2:].replace("-", "_")) for flag, (field, _) in _FLAGS.items()}
     changes = {k: v for k, v in changes.items() if v is not None}
     tier = getattr(args, "task_tier", None)
-    changes["judge"] = judge if tier is None else tier == "judge"
+    changes["mode"] = mode if tier is None else tier
     return dataclasses.replace(TaskPolicy(), **changes)
 
 

@@ -28,9 +28,10 @@ from eval.errors import (
 )
 from eval.locks import Locks
 from eval.plugins import PLUGIN_MODULES
-from eval.run_config import Endpoint, build_launch
+from eval.run_config import build_launch
 from eval.snapshots import EvalPaths, check_dataset
 from eval.suites import SuiteSpec
+from openai_client import Endpoint
 
 __all__ = ["DryRunEntry", "dry_run", "is_installed", "preflight"]
 

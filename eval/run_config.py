@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.client import Endpoint  # the project's one Endpoint: its repr never shows the key
 from eval.errors import EvalConfigError
 from eval.locks import Locks
 from eval.snapshots import EvalPaths, snapshot_dir
 from eval.suites import SuiteSpec, TasksetSpec
+from openai_client import Endpoint  # the project's one Endpoint: its repr never shows the key
 
-__all__ = ["API_KEY_VAR", "Endpoint", "TasksetLaunch", "build_launch", "nest_knobs"]
+__all__ = ["API_KEY_VAR", "TasksetLaunch", "build_launch", "nest_knobs"]
 
 API_KEY_VAR = "EVAL_API_KEY"  # the worker's variable for the server key; never written to a config
 

@@ -31,11 +31,12 @@ from eval.errors import EvalConfigError, TasksetRunError
 from eval.locks import Locks, load_locks
 from eval.preflight import DryRunEntry, dry_run, is_installed, preflight
 from eval.records import EpisodeOutcome, SuiteResult, TasksetResult
-from eval.run_config import Endpoint, TasksetLaunch, build_launch
+from eval.run_config import TasksetLaunch, build_launch
 from eval.snapshots import EvalPaths
 from eval.store import EvalStore
 from eval.suites import SuiteOverrides, SuiteSpec, TasksetSpec
 from eval.traces import TraceTail, summarize_episodes, summarize_traces
+from openai_client import Endpoint
 from results import to_jsonable
 
 __all__ = [

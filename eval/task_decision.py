@@ -1,6 +1,8 @@
 """Tier 2 of the gate, tasks: per taskset, the candidate is paired with the baseline on the same tasks,
-and a sequential test on the tasks they disagree on (eval.sequential) decides whether it lost
-accuracy. Tasksets are never merged; the suite's false-rejection rate is shared among them. Pure
+and a test on the tasks they disagree on decides whether it lost accuracy: in `judge` mode the
+sequential test (eval.sequential), sized for the claim "nothing lost"; in `guard` mode the exact sign
+test (eval.guard), which claims only "no loss detected" and states the drop it can see; in `smoke`
+mode nothing. Tasksets are never merged; the suite's false-rejection rate is shared among them. Pure
 functions of measured records and a policy; eval.decision combines this tier with fidelity.
 
 Usage:
@@ -10,15 +12,17 @@ Usage:
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Literal
 
 from eval.errors import EvalConfigError
+from eval.guard import SignGuard, sign_test_p
 from eval.records import TasksetResult
 from eval.sequential import Outcome, SequentialDesign
 
 __all__ = [
+    "TASK_TIER_MODES",
     "TaskPolicy",
     "TasksetVerdict",
     "baseline_problems",
@@ -30,15 +34,25 @@ __all__ = [
 ]
 
 
+TaskTierMode = Literal["judge", "guard", "smoke"]
+TASK_TIER_MODES: tuple[str, ...] = ("judge", "guard", "smoke")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TaskPolicy:
-    """Tier 2: per taskset, a sequential paired test on the tasks the two runs disagree on.
+    """Tier 2: per taskset, a paired test on the tasks the two runs disagree on, as `mode` says.
+
+    - `judge`: the sequential test, sized to detect `min_drop` with `power`; a taskset too small for
+      that claim is refused before anything runs.
+    - `guard`: the exact sign test at the taskset's share of `alpha`, on every paired task; it rejects
+      only losses its tasks can show, states the drop it catches with `power`, and a pass means "no
+      loss detected", never "accepted" (broad's default: 3-10 tasks per taskset).
+    - `smoke`: the suite runs and everything is recorded, but nothing is judged and every report says
+      so (the embedded default's random model, whose answers are all wrong).
 
     Partial credit is a wrong answer: an episode counts as correct only at `full_credit` (reasoning-gym
     gives 0.65 for a knights-and-knaves answer with one role wrong; math-verify gives 0 or 1). The
     false-rejection rate `alpha` is for the whole suite: each of k tasksets is tested at alpha / k.
-    `judge=False` is the smoke mode: the suite runs and everything is recorded, but nothing is judged
-    and every report says so (the embedded default's random model, whose answers are all wrong).
     """
 
     min_drop: float = 0.05  # accuracy points (as a fraction) each taskset must detect
@@ -49,9 +63,11 @@ class TaskPolicy:
     full_credit: float = 1.0  # an ok episode is correct only with at least this reward
     max_candidate_failures: int = 0  # operational failures tolerated in the candidate (fail closed)
     max_truncated_share: float = 0.5  # more truncated episodes than this: the budget does not let the model finish
-    judge: bool = True
+    mode: TaskTierMode = "judge"
 
     def __post_init__(self) -> None:
+        if self.mode not in TASK_TIER_MODES:
+            raise EvalConfigError(f"task tier mode must be one of {', '.join(TASK_TIER_MODES)}, got {self.mode!r}")
         if self.max_candidate_failures < 0:
             raise EvalConfigError(f"max_candidate_failures must be >= 0, got {self.max_candidate_failures}")
         if not 0.0 < self.full_credit <= 1.0:
@@ -59,6 +75,20 @@ class TaskPolicy:
         if not 0.0 <= self.max_truncated_share < 1.0:
             raise EvalConfigError(f"max_truncated_share must be in [0, 1), got {self.max_truncated_share}")
         self.design(1)  # validates the test's parameters
+
+    @property
+    def judge(self) -> bool:
+        """The sequential test judges (it may stop a candidate's run early and refuses small tasksets)."""
+        return self.mode == "judge"
+
+    @property
+    def decides(self) -> bool:
+        """Any test decides (judge or guard): the baseline must then be a usable reference."""
+        return self.mode != "smoke"
+
+    def guard(self, tasks: int, tasksets: int) -> SignGuard:
+        """The sign test one of `tasksets` tasksets runs on `tasks` paired tasks (Bonferroni: alpha / tasksets)."""
+        return SignGuard(n_tasks=tasks, alpha=self.alpha / max(tasksets, 1))
 
     def design(self, tasksets: int) -> SequentialDesign:
         """The test each of `tasksets` tasksets runs (Bonferroni: alpha / tasksets each)."""
@@ -87,6 +117,7 @@ class TasksetVerdict:
     baseline_truncations: int
     unpaired_tasks: tuple[str, ...]  # task keys left out because a baseline episode failed
     decision: str  # rejected | accepted | accepted at the end | incomplete | not judged (smoke)
+    #                guard: loss detected | no loss detected | incomplete
     alpha: float  # this taskset's share of the suite's false-rejection rate
     power: float  # exact, against a min_drop loss at the planned discordance, on the tasks the walk could use
     observed_discordance: float | None  # (lost + gained) / tasks_used
@@ -94,14 +125,14 @@ class TasksetVerdict:
     mcnemar_p: float  # one-sided exact McNemar p-value for "the candidate loses"; evidence only
     passed: bool
     reasons: tuple[str, ...]
+    mode: str = "judge"
+    # guard: the accuracy drop the sign test catches with the policy's power on paired_tasks tasks, with no
+    # other flips and with the planned share flipping either way besides (None: no drop is caught)
+    detectable_drop: float | None = None
+    detectable_drop_at_flips: float | None = None
 
 
-def mcnemar_one_sided_p(lost: int, gained: int) -> float:
-    """P(at least `lost` of the lost+gained discordant pairs go against the candidate | no difference)."""
-    n = lost + gained
-    if n == 0:
-        return 1.0
-    return sum(math.comb(n, i) for i in range(lost, n + 1)) / 2**n
+mcnemar_one_sided_p = sign_test_p  # the exact one-sided test, named for the paired design it serves
 
 
 def run_order(result: TasksetResult) -> list[str]:
@@ -135,9 +166,9 @@ def baseline_problems(result: TasksetResult, policy: TaskPolicy, tasksets: int,
                       planned_tasks: int | None = None) -> list[str]:
     """Why a baseline run cannot serve as the task tier's reference; empty when it can.
 
-    The baseline is the yardstick: failed episodes, truncation-dominated answers, or too few tasks
-    for the design's power all make every later verdict meaningless. A baseline that answers lazily
-    (a prefix of its taskset) is sized by `planned_tasks`, the taskset its walks may still use.
+    The baseline is the yardstick: failed episodes, truncation-dominated answers, or (judge mode) too
+    few tasks for the design's power all make every later verdict meaningless. A baseline that answers
+    lazily (a prefix of its taskset) is sized by `planned_tasks`, the taskset its walks may still use.
     """
     problems = []
     if result.failures:
@@ -148,8 +179,9 @@ def baseline_problems(result: TasksetResult, policy: TaskPolicy, tasksets: int,
         problems.append(f"{result.name}: {result.truncations} of {result.rollouts} baseline answers hit the "
                         f"{result.max_tokens}-token budget (more than {policy.max_truncated_share:.0%}): raise "
                         "--suite-max-tokens so the model can finish")
-    if problem := underpowered(result.name, planned_tasks or result.tasks, policy, policy.design(tasksets)):
-        problems.append(problem)
+    if policy.judge and (problem := underpowered(result.name, planned_tasks or result.tasks, policy,
+                                                  policy.design(tasksets))):
+        problems.append(problem)  # the guard claims only what its tasks can show, and says how much
     return problems
 
 
@@ -174,14 +206,15 @@ def compare_taskset(
     baseline: TasksetResult, candidate: TasksetResult, policy: TaskPolicy, *, tasksets: int = 1,
     planned_tasks: int | None = None, observed_power: bool = True,
 ) -> TasksetVerdict:
-    """Tier 2 for one taskset of a suite of `tasksets`: the sequential paired test (eval.sequential).
+    """Tier 2 for one taskset of a suite of `tasksets`: the sequential paired test (eval.sequential), or in
+    guard mode the exact sign test on every paired task (eval.guard).
 
     `planned_tasks`: the taskset's size where the baseline answered only a prefix of it (lazily, as far
     as the walks needed): the power is the test's on the whole taskset, and a walk still undecided at
     the end of the prefix is incomplete, not accepted. `observed_power=False` leaves out the power at the
     observed discordance (an exact computation per new discordance): stop rules need only the decision.
 
-    The test walks the paired tasks in the baseline's run order; a candidate run that was stopped
+    The sequential test walks the paired tasks in the baseline's run order; a candidate run that was stopped
     early by the same test (eval.runner) ends exactly where the walk decides. A task is lost when the
     candidate's share of correct rollouts is below the baseline's, gained when above.
 
@@ -202,17 +235,12 @@ def compare_taskset(
             f"{candidate.name}: the candidate ran tasks the baseline did not ({len(extra)} keys, e.g. "
             f"{extra[:3]}); pairing needs the same selection, sampling and budget"
         )
-    design = policy.design(tasksets)
     order = [key for key in run_order(baseline) if key not in base_failed]
-    outcomes: list[Outcome] = []
-    for key in order:
-        if key not in cand_score:
-            break  # the candidate's run ended here (stopped by the test, or cut short)
-        if key in cand_failed and not cand_score.get(key):
-            outcomes.append("tie")  # an operational failure is not an answer; it is counted below
-            continue
-        diff = base_score[key] - cand_score[key]
-        outcomes.append("lost" if diff > 0 else "gained" if diff < 0 else "tie")
+    outcomes = _outcomes(order, base_score, cand_score, cand_failed)
+    if policy.mode == "guard":
+        return _guard_verdict(baseline, candidate, policy, tasksets, order, outcomes, base_score, cand_score,
+                              base_failed)
+    design = policy.design(tasksets)
     walk = design.walk(outcomes)
     used = order[: walk.tasks_used]
     failures = sum(not e.ok for e in candidate.episodes)
@@ -221,12 +249,7 @@ def compare_taskset(
     if not policy.judge:
         decision = "not judged (smoke)"
     else:
-        if failures > policy.max_candidate_failures:
-            reasons.append(f"{candidate.name}: {failures} operational failures (timeouts, transport or harness "
-                           f"errors) in the candidate run, {policy.max_candidate_failures} tolerated")
-        if truncated_share(candidate) > policy.max_truncated_share:
-            reasons.append(f"{candidate.name}: {candidate.truncations} of {candidate.rollouts} candidate answers "
-                           f"hit the {candidate.max_tokens}-token budget")
+        reasons += _operational_reasons(candidate, policy)
         if walk.decision == "rejected":
             reasons.append(f"{candidate.name}: lost {walk.lost}, gained {walk.gained} in the first {walk.tasks_used} "
                            f"paired tasks: a {policy.min_drop:.0%} accuracy drop is likelier than none "
@@ -265,4 +288,81 @@ def compare_taskset(
         mcnemar_p=mcnemar_one_sided_p(walk.lost, walk.gained),
         passed=not reasons,
         reasons=tuple(reasons),
+        mode=policy.mode,
+    )
+
+
+def _outcomes(order: list[str], base_score: dict[str, float], cand_score: dict[str, float],
+              cand_failed: set[str]) -> list[Outcome]:
+    """Each paired task's outcome in the baseline's run order, up to where the candidate's run ended."""
+    outcomes: list[Outcome] = []
+    for key in order:
+        if key not in cand_score:
+            break  # the candidate's run ended here (stopped by the test, or cut short)
+        if key in cand_failed and not cand_score.get(key):
+            outcomes.append("tie")  # an operational failure is not an answer; it is counted below
+            continue
+        diff = base_score[key] - cand_score[key]
+        outcomes.append("lost" if diff > 0 else "gained" if diff < 0 else "tie")
+    return outcomes
+
+
+def _operational_reasons(candidate: TasksetResult, policy: TaskPolicy) -> list[str]:
+    """Fail closed: a candidate that could not answer, or ran out of budget, is not judged lossless."""
+    reasons = []
+    failures = sum(not e.ok for e in candidate.episodes)
+    if failures > policy.max_candidate_failures:
+        reasons.append(f"{candidate.name}: {failures} operational failures (timeouts, transport or harness "
+                       f"errors) in the candidate run, {policy.max_candidate_failures} tolerated")
+    if truncated_share(candidate) > policy.max_truncated_share:
+        reasons.append(f"{candidate.name}: {candidate.truncations} of {candidate.rollouts} candidate answers "
+                       f"hit the {candidate.max_tokens}-token budget")
+    return reasons
+
+
+def _guard_verdict(baseline: TasksetResult, candidate: TasksetResult, policy: TaskPolicy, tasksets: int,
+                   order: list[str], outcomes: list[Outcome], base_score: dict[str, float],
+                   cand_score: dict[str, float], base_failed: set[str]) -> TasksetVerdict:
+    """The guard: the exact sign test on every paired task's discordant pairs, and the drop it can see."""
+    guard = policy.guard(len(order), tasksets)
+    lost, gained = outcomes.count("lost"), outcomes.count("gained")
+    p_value = sign_test_p(lost, gained)
+    reasons = _operational_reasons(candidate, policy)
+    if len(outcomes) < len(order):
+        decision = "incomplete"
+        reasons.append(f"{candidate.name}: the candidate's run ended after {len(outcomes)} of {len(order)} "
+                       "paired tasks")
+    elif guard.rejects(lost, gained):
+        decision = "loss detected"
+        reasons.append(f"{candidate.name}: lost {lost}, gained {gained} of {len(order)} paired tasks: exact sign "
+                       f"test p = {p_value:.3g} <= {guard.alpha:.3g} (the guard's share of the suite's "
+                       f"{policy.alpha:.0%})")
+    else:
+        decision = "no loss detected"
+    used = order[: len(outcomes)]
+    discordance = (lost + gained) / len(outcomes) if outcomes else None
+    return TasksetVerdict(
+        name=candidate.name,
+        paired_tasks=len(order),
+        tasks_used=len(outcomes),
+        lost=lost,
+        gained=gained,
+        baseline_correct=round(sum(base_score[k] for k in used)),
+        candidate_correct=round(sum(cand_score.get(k, 0.0) for k in used)),
+        candidate_failures=sum(not e.ok for e in candidate.episodes),
+        baseline_failures=sum(not e.ok for e in baseline.episodes),
+        candidate_truncations=candidate.truncations,
+        baseline_truncations=baseline.truncations,
+        unpaired_tasks=tuple(sorted(base_failed)),
+        decision=decision,
+        alpha=guard.alpha,
+        power=guard.power(policy.min_drop, policy.planned_discordance) if order else 0.0,
+        observed_discordance=discordance,
+        observed_power=None,
+        mcnemar_p=p_value,
+        passed=not reasons,
+        reasons=tuple(reasons),
+        mode="guard",
+        detectable_drop=guard.detectable_drop(power=policy.power),
+        detectable_drop_at_flips=guard.detectable_drop(power=policy.power, flips=policy.planned_discordance),
     )

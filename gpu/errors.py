@@ -1,8 +1,9 @@
 """Errors the gpu package raises on purpose.
 
-    GpuError
-    ├── DeviceSelectionError   CUDA_VISIBLE_DEVICES names no GPU this machine has (also a ValueError)
-    └── GpuReadError           NVML failed on a device that was open (a lost GPU, a driver reset)
+    TunerError
+    └── GpuError
+        ├── DeviceSelectionError   CUDA_VISIBLE_DEVICES names no GPU this machine has (also a ValueError)
+        └── GpuReadError           NVML failed on a device that was open (a lost GPU, a driver reset)
 
 No NVML, no driver or no GPU at all is not an error: `open_gpu` returns None, and each caller says
 what it does without one.
@@ -10,10 +11,12 @@ what it does without one.
 
 from __future__ import annotations
 
+from tuner_errors import TunerError
+
 __all__ = ["DeviceSelectionError", "GpuError", "GpuReadError"]
 
 
-class GpuError(Exception):
+class GpuError(TunerError):
     """Base for every error the gpu package raises on purpose."""
 
 

@@ -22,13 +22,14 @@ from rich.console import Console
 
 from search_space.budget import Budget, check_fit, gpu_memory_bytes, parse_bytes
 from search_space.domains import USE_DEFAULT, UseDefault
-from search_space.errors import BudgetError, SearchSpaceError, SpaceError
+from search_space.errors import BudgetError, SpaceError
 from search_space.knobs import SpaceContext
 from search_space.memory import MemoryModel
 from search_space.model_info import read_model_info
 from search_space.report import SpaceSummary, render_rich, render_text, summary_dict
 from search_space.space import build_space
 from serving.config import ENGINES, engine_for_checkpoint
+from tuner_errors import TunerError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fit = check_fit(MemoryModel(model, draft).estimate(baseline), budget) if budget else None
     except SpaceError as exc:
         parser.error(str(exc))
-    except SearchSpaceError as exc:
+    except TunerError as exc:  # every package's deliberate errors (serving's, reading a checkpoint, too)
         Console(stderr=True).print(f"[red]{type(exc).__name__}[/red]: {exc}", soft_wrap=True)
         return 1
     summary = SpaceSummary(space=space, baseline=baseline, fit=fit)

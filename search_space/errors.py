@@ -1,12 +1,13 @@
 """Errors raised on purpose by the search_space package.
 
-    SearchSpaceError
-    ├── CatalogError           the catalog itself is inconsistent (a default outside its domain, ...)
-    ├── CatalogMismatch        the installed exllamav3 lacks an argument or variable a knob needs
-    ├── SpaceError             a pinned value or a sampled parameter does not fit the space (ValueError)
-    ├── ModelInfoError         the checkpoint's config or safetensors headers cannot be read
-    ├── BudgetError            a VRAM budget is malformed or cannot be determined (ValueError)
-    └── DoesNotFit             a configuration's predicted peak VRAM exceeds the budget; `.check`
+    TunerError
+    └── SearchSpaceError
+        ├── CatalogError           the catalog itself is inconsistent (a default outside its domain, ...)
+        ├── CatalogMismatch        the installed exllamav3 lacks an argument or variable a knob needs
+        ├── SpaceError             a pinned value or a sampled parameter does not fit the space (ValueError)
+        ├── ModelInfoError         the checkpoint's config or safetensors headers cannot be read
+        ├── BudgetError            a VRAM budget is malformed or cannot be determined (ValueError)
+        └── DoesNotFit             a configuration's predicted peak VRAM exceeds the budget; `.check`
 
 Invalid ServingConfig objects are refused by `serving.config` itself (serving.errors.ConfigError).
 """
@@ -14,6 +15,8 @@ Invalid ServingConfig objects are refused by `serving.config` itself (serving.er
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from tuner_errors import TunerError
 
 if TYPE_CHECKING:
     from search_space.budget import FitCheck
@@ -29,7 +32,7 @@ __all__ = [
 ]
 
 
-class SearchSpaceError(Exception):
+class SearchSpaceError(TunerError):
     """Base for every error the search_space package raises on purpose."""
 
 

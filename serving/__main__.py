@@ -18,9 +18,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from serving.errors import ServingError
 from serving.limits import RequestLimits
 from serving.units import parse_bytes
+from tuner_errors import TunerError
 
 log = logging.getLogger("serving")
 
@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         stream=sys.stderr)
     try:
         state = prepare(args)
-    except ServingError as exc:
+    except TunerError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
     return serve(state, host=args.host, port=args.port, log_level=args.log_level)

@@ -1,19 +1,22 @@
 """Errors raised on purpose by the serving package.
 
-    ServingError
-    ├── ConfigError            a serving config or CLI value is invalid (also a ValueError)
-    ├── AuthSetupError         the API key file is missing, not the user's own, or too open
-    ├── SurfaceMismatch        the installed exllamav3 lacks an argument or variable we pass
-    └── LaunchError            a launched server did not come up or died; `.reason`, `.log_tail`
-        ├── ConfigRejected     the server refused its config (exit status 2)
-        ├── OutOfMemoryAtLoad
-        ├── OutOfMemoryWhileServing
-        ├── ServerCrashed
-        ├── StartupTimeout
-        └── PortInUse
+    TunerError
+    └── ServingError
+        ├── ConfigError            a serving config or CLI value is invalid (also a ValueError)
+        ├── AuthSetupError         the API key file is missing, not the user's own, or too open
+        ├── SurfaceMismatch        the installed exllamav3 lacks an argument or variable we pass
+        └── LaunchError            a launched server did not come up or died; `.reason`, `.log_tail`
+            ├── ConfigRejected     the server refused its config (exit status 2)
+            ├── OutOfMemoryAtLoad
+            ├── OutOfMemoryWhileServing
+            ├── ServerCrashed
+            ├── StartupTimeout
+            └── PortInUse
 """
 
 from __future__ import annotations
+
+from tuner_errors import TunerError
 
 __all__ = [
     "AuthSetupError",
@@ -30,7 +33,7 @@ __all__ = [
 ]
 
 
-class ServingError(Exception):
+class ServingError(TunerError):
     """Base for every error the serving package raises on purpose."""
 
 

@@ -5,9 +5,8 @@ server runs in its own process group so that stopping it reaches every child, lo
 file, and is stopped with SIGTERM, then SIGKILL; before the next start, its GPU memory must be
 free again. Failures are classified from the exit status and the log's tail.
 
-/health is read through bench's client (`bench.client.Client`), the project's one client for
-OpenAI-compatible servers: serving may import bench (bench imports no other package of this
-project, so the graph stays acyclic), as its overhead check does.
+/health is read through the project's one client for OpenAI-compatible servers (`openai_client`),
+which bench and eval use too: the server under test never imports its measurers.
 
 Usage:
     with launch(LaunchSpec(model_dir=m, config=c, port=18020, log_path=Path("runs/x.log"))) as server:
@@ -29,8 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.client import Client, Endpoint
-from bench.errors import BenchError, ServerRejected
+from openai_client import Client, ClientError, Endpoint, ServerRejected
 from serving import gpu_memory
 from serving.config import ServingConfig
 from serving.errors import (
@@ -112,7 +110,7 @@ class ServerProcess:
                 failure = self.failure()
                 if failure is not None:
                     raise failure
-                with contextlib.suppress(BenchError):  # not listening yet
+                with contextlib.suppress(ClientError):  # not listening yet
                     if client.health():
                         self.ready = True
                         return
@@ -146,7 +144,7 @@ class ServerProcess:
                 # "error": ...}; "loading" comes before ready): the client's detail is that error
                 if exc.status == 503:
                     return ServerCrashed(f"the server's engine died: {exc.detail}", log_tail=self.log_tail()[-4000:])
-            except BenchError:
+            except ClientError:
                 return None  # busy or slow is not dead; the process lives
         return None
 

@@ -5,7 +5,7 @@
 #   source .device-kit/setup.sh && bash .ci/gpu/bench-table.sh 1     (fp16 rows: defaults, chunk 4096, chunk 8192)
 #   source .device-kit/setup.sh && bash .ci/gpu/bench-table.sh 2     (cache 8/8, cache 4/4, EXL3_INT8_GEMV=0; overhead)
 # Results in $OUT: one bench JSON per row (with NVML clocks, power, throttle reasons), the pytest log,
-# the GPU's identity and, in part 2, serving.overhead's direct-vs-server JSON at chunk 4096.
+# the GPU's identity and, in part 2, benchmarks.overhead's direct-vs-server JSON at chunk 4096.
 # Then `python -m bench reference` checks every row JSON in $OUT and in .gpu-state/bench-table/ (copy
 # part 1's JSONs there and carry it into part 2) against the table, up to one machine factor.
 set -uo pipefail
@@ -25,7 +25,7 @@ echo "table part $1: exit $?"
 grep -E "^(chunk|defaults)|passed|failed" "$out/table-$1.log"
 if [ "$1" = 2 ]; then
   echo '{"engine": "exllamav3", "args": {"max_chunk_size": 4096}}' >/tmp/overhead-4096.json
-  timeout "${OVERHEAD_SECONDS:-200}" python -m serving.overhead --model /tmp/q27 --config /tmp/overhead-4096.json \
+  timeout "${OVERHEAD_SECONDS:-200}" python -m benchmarks.overhead --model /tmp/q27 --config /tmp/overhead-4096.json \
     --vram-limit 24GiB --repeats 3 --rounds 1 --new-tokens 128 --prefill-tokens 8192 \
     --json "$out/overhead-4096.json" 2>&1 | tail -3
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU machine, real model (issue #13): a study that explores drafting unattended, decode measured on the
 # offline suite's workload (its tasks by kind, weighted as the suite weights them; the file is made here by
-# `python -m eval workload --suite offline`, since the GPU machine has no reasoning-gym). Nothing is enqueued
+# `python -m autoresearch workload --suite offline`, since the GPU machine has no reasoning-gym). Nothing is enqueued
 # but the baseline; the KV cache is pinned to fp16 (quantized caches fail the gate on this model, measured).
 # The GPU machine has no verifiers: the gate is the fidelity tier (--suite none). One or more device calls:
 # each stops the loop at STUDY_SECONDS (as a kill would) and copies results.db to $OUT; the next call on the

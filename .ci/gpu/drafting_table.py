@@ -2,7 +2,7 @@
 
     source .device-kit/setup.sh && python .ci/gpu/drafting_table.py /tmp/real-model/exl3-4.0 [CONTEXT ...]
     DRAFTER=/tmp/real-model/exl3-2.5 adds the autoregressive draft model; ONLY=a,b runs those settings only.
-    WORKLOAD=FILE decodes on a bench workload (a suite's tasks by kind, `python -m eval workload`) instead of
+    WORKLOAD=FILE decodes on a bench workload (a suite's tasks by kind, `python -m autoresearch workload`) instead of
     bench's math/code/mc corpus; the rows then also carry the workload's weighted decode.
     CONFIG=NAME=FILE[,NAME=FILE] adds settings served from exported configs (`autoresearch export`).
     DECODE_UNTIL=length|eos|both (default length): bench's --decode-until; both measures each launch

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.overhead import _prompt
 from serving.config import ServingConfig
 from serving.launcher import LaunchSpec, free_port, launch
-from serving.overhead import _prompt
 from serving.textcodec import TextCodec
 
 

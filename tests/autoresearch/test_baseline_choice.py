@@ -85,18 +85,18 @@ def test_the_gate_policy_is_part_of_what_a_study_measures(tmp_path, q27):
     from autoresearch.__main__ import _gate_policy, build_parser
 
     args = build_parser().parse_args(["--min-floor-top1-disagreement", "0.01"])
-    policy = _gate_policy(args, judge=True)
+    policy = _gate_policy(args, mode="judge")
     assert policy.fidelity.min_floor_top1_disagreement == 0.01 and policy.fidelity.min_floor_kl_mean == 1e-4
-    tasks = _gate_policy(build_parser().parse_args(["--task-min-drop", "0.08", "--task-tier", "smoke"]), judge=True)
+    tasks = _gate_policy(build_parser().parse_args(["--task-min-drop", "0.08", "--task-tier", "smoke"]), mode="judge")
     assert (tasks.tasks.min_drop, tasks.tasks.judge) == (0.08, False)  # the flag decides over the default
     plan = _plan(tmp_path, q27)
     open_study(plan, _space(plan))
     with pytest.raises(StudyError):
         open_study(dataclasses.replace(plan, gate_policy=policy), _space(plan))
     with pytest.raises(PlanError, match="min_floor_top1_disagreement must be >= 0"):
-        _gate_policy(build_parser().parse_args(["--min-floor-top1-disagreement", "-1"]), judge=True)
+        _gate_policy(build_parser().parse_args(["--min-floor-top1-disagreement", "-1"]), mode="judge")
     with pytest.raises(PlanError, match="min_drop"):
-        _gate_policy(build_parser().parse_args(["--task-min-drop", "0.5"]), judge=True)  # above the planned flips
+        _gate_policy(build_parser().parse_args(["--task-min-drop", "0.5"]), mode="judge")  # above the planned flips
 
 
 def test_a_draft_model_opens_its_drafting_mode_and_is_part_of_what_a_study_measures(tmp_path, q27):
@@ -124,3 +124,18 @@ def test_decoding_until_eos_is_the_plans_and_makes_a_different_study():
     assert eos.digest != fixed.digest  # the study's key holds it: results measured either way never mix
     with pytest.raises(PlanError, match="decode_min_tokens"):
         _bench_plan("exllamav3", build_parser().parse_args(["--bench-decode-until", "eos", "--bench-decode-tokens", "8"]))
+
+
+def test_broad_with_a_model_runs_its_task_tier_as_a_guard_and_refuses_it_as_a_judge(tmp_path, q27, monkeypatch):
+    from autoresearch.__main__ import build_parser, make_plan
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AUTORESEARCH_CACHE", str(tmp_path / "cache"))
+    argv = ["--model", str(q27.path), "--trials", "3", "--vram", "24GiB"]
+    plan = make_plan(build_parser().parse_args(argv))  # broad is the default suite with --model
+    assert (plan.suite, plan.gate_policy.tasks.mode) == ("broad", "guard")
+    with pytest.raises(PlanError, match="cannot make the claim it is asked to: aime25: 3 tasks detect"):
+        make_plan(build_parser().parse_args([*argv, "--task-tier", "judge"]))
+    assert make_plan(build_parser().parse_args([*argv, "--task-tier", "smoke"])).gate_policy.tasks.mode == "smoke"
+    offline = make_plan(build_parser().parse_args([*argv, "--suite", "offline"]))
+    assert offline.gate_policy.tasks.mode == "judge"

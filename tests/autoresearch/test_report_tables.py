@@ -81,9 +81,33 @@ def test_the_task_tier_reports_every_paired_test_with_its_power(tmp_path):
     assert "Partial credit counts as a wrong answer" in text
     row = f"| 3 | aime25 | rejected | {verdict.tasks_used} / 600 | {verdict.lost} | 0 | {verdict.power:.0%} |"
     assert row in text
-    smoke = dataclasses.replace(plan.gate_policy, tasks=TaskPolicy(judge=False))
+    smoke = dataclasses.replace(plan.gate_policy, tasks=TaskPolicy(mode="smoke"))
     smoke_plan = SimpleNamespace(**{**vars(plan), "gate_policy": smoke})
     assert "nothing was judged" in render_section("task_tier", read_task_tier(smoke_plan, store))
+
+
+def test_the_guard_states_what_each_taskset_can_detect_and_never_merges_or_accepts(tmp_path):
+    from autoresearch.snapshot import TasksetRow
+    from eval import EvalStore, GatePolicy, TaskPolicy, compare_taskset, decide
+    from tests.eval.test_guard import _paired
+
+    store = EvalStore(f"sqlite:///{tmp_path / 'results.db'}")
+    guard = GatePolicy(tasks=TaskPolicy(mode="guard"))
+    pairs = {"aime25": _paired(3, name="aime25"), "mmlu-pro": _paired(10, lost=5, name="mmlu-pro")}
+    verdicts = [compare_taskset(b, c, guard.tasks, tasksets=2) for b, c in pairs.values()]
+    store.save_decision(decide(tasksets=verdicts), model_manifest_hash="m", candidate_label="s:trial-2:abcdef",
+                        baseline_label="s:baseline", policy=guard)
+    plan = SimpleNamespace(study_name="s", model=SimpleNamespace(manifest_hash="m"), gate_policy=guard)
+    base_rows = [TasksetRow(name, "baseline", base) for name, (base, _) in pairs.items()]
+    text = render_section("task_tier", read_task_tier(plan, store, base_rows))
+    assert "The task tier ran as a guard" in text and "accepted" not in text
+    assert ("**aime25** (3 tasks): **cannot detect any loss** at its false-rejection rate 0.025: even all 3 lost "
+            "gives p = 0.125") in text
+    assert ("**mmlu-pro** (10 tasks, false-rejection rate 0.025): rejects at 6 tasks lost with none gained; catches "
+            "an accuracy drop of 67% with 80% power when nothing else flips, 77% when 10% of the tasks flip") in text
+    rows = [line for line in text.splitlines() if line.startswith("| 2 |")]
+    assert rows == ["| 2 | aime25 | no loss detected on 3 tasks | 3 | 0 | 0 | 1 | 0.025 | none |",
+                    "| 2 | mmlu-pro | no loss detected on 10 tasks | 10 | 5 | 0 | 0.0312 | 0.025 | 67% |"]
 
 
 def test_decode_per_kind_shows_each_point_its_weight_and_the_champions_acceptance(tmp_path):

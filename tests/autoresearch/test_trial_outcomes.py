@@ -16,10 +16,10 @@ from autoresearch.plan import RunPlan, default_bench_plan, default_probe_config
 from autoresearch.progress import Progress
 from autoresearch.study import open_study
 from autoresearch.trial import TrialRunner
+from autoresearch.workload import suite_workload
 from eval import EvalStore, GatePolicy
 from eval.decision import TaskPolicy
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
-from eval.workload import suite_workload
 from search_space import SpaceContext, baseline_params, build_space, read_model_info
 from serving.synthetic.exl3 import QWEN38_27B, write_exl3_checkpoint
 
@@ -40,7 +40,7 @@ def _plan(tmp_path: Path, model, engine: str, **kw) -> RunPlan:
                    bench_plan=default_bench_plan(engine, _workload()), workload=_workload(),
                    probe_config=default_probe_config(engine),
                    suite_overrides={"limit": 1, "max_tokens": 16}, port=0,
-                   gate_policy=kw.pop("gate_policy", GatePolicy(tasks=TaskPolicy(judge=False))), **kw)
+                   gate_policy=kw.pop("gate_policy", GatePolicy(tasks=TaskPolicy(mode="smoke"))), **kw)
 
 
 def _runner(plan: RunPlan):

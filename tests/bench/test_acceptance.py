@@ -7,10 +7,11 @@ import json
 import pytest
 from rich.console import Console
 
-from bench import BenchPlan, Endpoint, run_bench
+from bench import BenchPlan, run_bench
 from bench.records import BenchResult
 from bench.report import render, summary_lines
 from bench.stats import compare
+from openai_client import Endpoint
 
 pytestmark = pytest.mark.slow
 

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import BenchPlan, BenchResult, Endpoint, run_bench
+from bench import BenchPlan, BenchResult, run_bench
 from bench.reference import ReferenceTable, check_reference
+from openai_client import Endpoint
 
 torch = pytest.importorskip("torch")
 pytestmark = [

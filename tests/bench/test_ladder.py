@@ -10,11 +10,12 @@ import sys
 import pytest
 from rich.console import Console
 
-from bench import BenchPlan, Endpoint, run_bench
-from bench.errors import BenchConfigError, ServerRejected, ServerUnreachable
+from bench import BenchPlan, run_bench
+from bench.errors import BenchConfigError
 from bench.records import BenchResult
 from bench.report import render, summary_lines
 from bench.telemetry import GpuMonitor
+from openai_client import Endpoint, ServerRejected, ServerUnreachable
 from tests.bench.fakes import FakeNvml, PrefixCachingFakeServer
 
 pytestmark = pytest.mark.slow

@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from bench import BenchPlan, Endpoint, Workload, WorkloadKind, run_bench
+from bench import BenchPlan, Workload, WorkloadKind, run_bench
 from bench.corpus import CorpusItem
 from bench.errors import BenchConfigError
 from bench.prompts import PromptSource
+from openai_client import Endpoint
 from tests.bench.fakes import PrefixCachingFakeServer
 
 SYSTEM = "Answer the question by thinking step by step, then give the answer in <answer></answer> tags. " * 4

@@ -196,7 +196,7 @@ def test_a_candidate_run_cut_short_without_a_decision_fails():
 def test_several_rollouts_pair_per_task_by_their_share_correct():
     base = _result({"a": [1.0, 1.0, 1.0], "b": [0.0, 0.0, 1.0]})
     cand = _result({"a": [1.0, 0.0, 0.0], "b": [1.0, 1.0, 1.0]})
-    verdict = compare_taskset(base, cand, TaskPolicy(judge=False))
+    verdict = compare_taskset(base, cand, TaskPolicy(mode="smoke"))
     assert (verdict.lost, verdict.gained) == (1, 1)
     assert (verdict.baseline_correct, verdict.candidate_correct) == (1, 1)
 
@@ -217,7 +217,7 @@ def test_too_few_paired_tasks_can_never_pass_as_a_judged_taskset():
     assert not verdict.passed and "power" in verdict.reasons[0] and verdict.power < 0.01
     problems = baseline_problems(base, TaskPolicy(), tasksets=1)
     assert len(problems) == 1 and "2 tasks detect a 5% accuracy drop" in problems[0] and "needs 420 tasks" in problems[0]
-    smoke = compare_taskset(base, base, TaskPolicy(judge=False))
+    smoke = compare_taskset(base, base, TaskPolicy(mode="smoke"))
     assert smoke.passed and smoke.decision == "not judged (smoke)"
 
 

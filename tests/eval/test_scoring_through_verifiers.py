@@ -17,10 +17,11 @@ import pytest
 
 from eval.decision import TaskPolicy, compare_taskset
 from eval.locks import load_locks
-from eval.run_config import Endpoint, build_launch
+from eval.run_config import build_launch
 from eval.runner import paired_stop_rule, run_taskset
 from eval.snapshots import EvalPaths
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
+from openai_client import Endpoint
 from tests.eval.test_tasksets import load_offline_tasks
 
 pytestmark = pytest.mark.slow

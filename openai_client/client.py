@@ -1,16 +1,14 @@
 """The project's one client for OpenAI-compatible servers, and its one `Endpoint` type.
 
-Why here: bench depends on no other package of this project, and eval, autoresearch and serving's
-overhead check may all import bench (the data flow of DEVELOPERS.md; bench never imports them), so
-the client living in bench keeps the package graph acyclic. It talks to any OpenAI-compatible server
-(this project's, TabbyAPI, vLLM, llama.cpp, `transformers serve`): nothing server-specific is
-required. Requests are plain OpenAI plus the optional fields a caller chooses; usage extensions are
-read where present: `prompt_tokens_details.cached_tokens`, `timings.{queue_s,prefill_s,decode_s}` and
+It talks to any OpenAI-compatible server (this project's, TabbyAPI, vLLM, llama.cpp, `transformers
+serve`): nothing server-specific is required. Requests are plain OpenAI plus the optional fields a
+caller chooses; usage extensions are read where present (`parse_usage`):
+`prompt_tokens_details.cached_tokens`, `timings.{queue_s,prefill_s,decode_s}` and
 `speculative.{accepted_tokens,rejected_tokens}` (this project's server), or llama.cpp's top-level
 `timings.{prompt_ms,predicted_ms,cache_n}`. `/v1/server_info` and `/health` are optional: a server
-without them answers None and False. Streams are read by `bench.sse.SSEDecoder`, the one SSE parser.
-Why ~450 lines in one module: the sync and async clients share the request building, the error
-mapping and the usage parsing here, so the one client has one surface.
+without them answers None and False. Streams are read by `openai_client.sse.SSEDecoder`, the one SSE
+parser. The sync and async clients share the request building, the error mapping and the usage
+parsing here, so the one client has one surface; timing a stream is bench's (`bench.timing`).
 
 Usage:
     endpoint = Endpoint.from_key_file("http://127.0.0.1:18020/v1", Path("key.txt"))  # url: the root
@@ -18,7 +16,6 @@ Usage:
         model = client.served_model()            # endpoint.model, else the first /v1/models lists
         info = client.server_info()              # None where the server has no /v1/server_info
         answer = client.post_json("/v1/completions", body)
-        result = client.stream(spec, body, "/v1/chat/completions")   # timed; never raises
         with client.open_stream("/v1/chat/completions", body) as stream:
             for event in stream: ...             # SSEEvent(received_at, chunk); stream.done at [DONE]
     async with AsyncClient(endpoint, timeout_s=600) as client:   # the same stream, for asyncio callers
@@ -35,15 +32,21 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
-from bench.errors import BenchConfigError, ProtocolError, ServerRejected, ServerUnreachable, StreamError
-from bench.records import Api, RequestResult, RequestSpec
-from bench.sse import SSEDecoder, SSEEvent
+from openai_client.errors import (
+    ClientConfigError,
+    ProtocolError,
+    ServerRejected,
+    ServerUnreachable,
+)
+from openai_client.sse import SSEDecoder, SSEEvent
 
-__all__ = ["AsyncClient", "Client", "Endpoint", "EventStream", "build_body", "parse_usage"]
+__all__ = ["Api", "AsyncClient", "Client", "Endpoint", "EventStream", "build_body", "chunk_text", "parse_usage"]
+
+Api = Literal["chat", "completions"]
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +65,7 @@ class Endpoint:
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
-            raise BenchConfigError(f"the server URL must start with http:// or https://, got {self.url!r}")
+            raise ClientConfigError(f"the server URL must start with http:// or https://, got {self.url!r}")
         object.__setattr__(self, "url", self.url.rstrip("/").removesuffix("/v1"))
 
     @property
@@ -75,16 +78,16 @@ class Endpoint:
         """Read the API key from a file (first line, stripped).
 
         Raises:
-            BenchConfigError: the file cannot be read or is empty.
+            ClientConfigError: the file cannot be read or is empty.
         """
         if key_file is None:
             return cls(url=url, model=model)
         try:
             key = key_file.read_text(encoding="utf-8").strip()
         except OSError as exc:
-            raise BenchConfigError(f"cannot read --api-key-file {key_file}: {exc.strerror}") from exc
+            raise ClientConfigError(f"cannot read --api-key-file {key_file}: {exc.strerror}") from exc
         if not key:
-            raise BenchConfigError(f"--api-key-file {key_file} is empty")
+            raise ClientConfigError(f"--api-key-file {key_file} is empty")
         return cls(url=url, api_key=key, model=model)
 
 
@@ -119,7 +122,7 @@ def build_body(
 
 
 def parse_usage(chunk: dict[str, Any]) -> dict[str, Any]:
-    """RequestResult fields from a chunk's usage (and llama.cpp's timings), where present."""
+    """What a chunk's usage (and llama.cpp's timings) reports, where present, named as bench's RequestResult fields."""
     out: dict[str, Any] = {}
     usage = chunk.get("usage")
     if isinstance(usage, dict):
@@ -149,7 +152,7 @@ def parse_usage(chunk: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def _chunk_text(chunk: dict[str, Any]) -> tuple[str, str | None]:
+def chunk_text(chunk: dict[str, Any]) -> tuple[str, str | None]:
     """(generated text, finish_reason) of one chunk, for chat and completions alike."""
     choices = chunk.get("choices") or []
     if not choices:
@@ -354,22 +357,6 @@ class Client:
         except httpx.TransportError as exc:
             raise _unreachable("POST", self.endpoint.url + path, exc) from exc
 
-    def stream(self, spec: RequestSpec, body: dict[str, Any], path: str) -> RequestResult:
-        """Send one streaming request and time it; failures come back as ok=False results."""
-        timeline = _Timeline(spec)
-        try:
-            with self.open_stream(path, body) as events:
-                for event in events:
-                    timeline.add(event)
-        except ServerRejected as exc:
-            return timeline.failed(f"HTTP {exc.status}: {exc.detail}", http_status=exc.status)
-        except ServerUnreachable as exc:
-            cause = exc.__cause__
-            return timeline.failed(f"transport: {type(cause).__name__}: {cause}", http_status=None)
-        except StreamError as exc:
-            return timeline.failed(f"stream: {exc}", http_status=200)
-        return timeline.result()
-
 
 class AsyncClient:
     """The asyncio twin of `Client` for streaming (eval's verifiers harness runs in an event loop)."""
@@ -402,51 +389,3 @@ class AsyncClient:
                 yield EventStream(response)
         except httpx.TransportError as exc:
             raise _unreachable("POST", self.endpoint.url + path, exc) from exc
-
-
-class _Timeline:
-    """What the client saw of one stream, timed from the moment it was created (just before sending)."""
-
-    def __init__(self, spec: RequestSpec):
-        self.spec = spec
-        self.started_unix = time.time()
-        self.t0 = time.perf_counter()
-        self.fields: dict[str, Any] = {}
-        self.token_times: list[float] = []
-        self.finish_at: float | None = None
-        self.finish_reason: str | None = None
-
-    def add(self, event: SSEEvent) -> None:
-        now = event.received_at - self.t0
-        text, finish = _chunk_text(event.chunk)
-        self.fields.update(parse_usage(event.chunk))
-        if text:
-            self.token_times.append(now)
-        if finish and self.finish_at is None:
-            self.finish_at, self.finish_reason = now, finish
-
-    def failed(self, error: str, *, http_status: int | None) -> RequestResult:
-        return RequestResult(
-            spec=self.spec,
-            ok=False,
-            error=error,
-            http_status=http_status,
-            started_at_unix_s=self.started_unix,
-            latency_s=time.perf_counter() - self.t0,
-        )
-
-    def result(self) -> RequestResult:
-        times = self.token_times
-        return RequestResult(
-            spec=self.spec,
-            ok=True,
-            http_status=200,
-            started_at_unix_s=self.started_unix,
-            latency_s=time.perf_counter() - self.t0,
-            ttft_s=times[0] if times else None,
-            finish_s=self.finish_at,
-            itl_s=tuple(round(b - a, 6) for a, b in zip(times, times[1:], strict=False)),
-            text_chunks=len(times),
-            finish_reason=self.finish_reason,
-            **self.fields,
-        )

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
-from bench.errors import StreamError
+from openai_client.errors import StreamError
 
 __all__ = ["DONE", "SSEDecoder", "SSEEvent"]
 

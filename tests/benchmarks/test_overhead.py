@@ -1,11 +1,11 @@
-"""serving.overhead rates both sides with bench's one decode formula and refuses runs it cannot rate."""
+"""benchmarks.overhead rates both sides with bench's one decode formula and refuses runs it cannot rate."""
 
 from __future__ import annotations
 
 import pytest
 
 from bench.records import RequestResult
-from serving.overhead import _measured, _rate, _spec
+from benchmarks.overhead import _measured, _rate, _spec
 
 
 def _server_run(itl_s: tuple[float, ...], tokens: int, **kw) -> RequestResult:

@@ -1,5 +1,5 @@
-"""bench.client: request bodies, usage parsing of our server and of peers, endpoints and keys, and streams
-read through a scripted loopback server (sync and async)."""
+"""openai_client.client: request bodies, usage parsing of our server and of peers, endpoints and keys, and streams
+read through a scripted loopback server (sync and async), and timed by bench (bench.timing)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bench.client import AsyncClient, Client, Endpoint, build_body, parse_usage
-from bench.errors import BenchConfigError, ServerUnreachable
 from bench.records import RequestSpec
+from bench.timing import timed_stream
+from openai_client import (
+    AsyncClient,
+    Client,
+    ClientConfigError,
+    Endpoint,
+    ServerUnreachable,
+    build_body,
+    parse_usage,
+)
 
 
 def test_chat_body_is_greedy_streaming_with_usage_and_ignore_eos():
@@ -94,7 +102,7 @@ def test_endpoint_url_is_normalized_to_the_base(url):
 
 
 def test_endpoint_refuses_a_url_without_scheme():
-    with pytest.raises(BenchConfigError, match="http://"):
+    with pytest.raises(ClientConfigError, match="http://"):
         Endpoint(url="127.0.0.1:8000")
 
 
@@ -107,10 +115,10 @@ def test_api_key_comes_from_the_file_and_never_shows_in_repr(tmp_path):
 
 
 def test_missing_or_empty_key_file_is_a_clear_error(tmp_path):
-    with pytest.raises(BenchConfigError, match="cannot read"):
+    with pytest.raises(ClientConfigError, match="cannot read"):
         Endpoint.from_key_file("http://127.0.0.1:1", tmp_path / "absent")
     (tmp_path / "empty").write_text("\n")
-    with pytest.raises(BenchConfigError, match="empty"):
+    with pytest.raises(ClientConfigError, match="empty"):
         Endpoint.from_key_file("http://127.0.0.1:1", tmp_path / "empty")
 
 
@@ -172,7 +180,7 @@ def test_a_crlf_stream_with_comments_is_timed_and_its_usage_read():
     raw = ": ping\r\n\r\n" + CHUNK % ("a", "null") + CHUNK % ("b", "null") + CHUNK % ("c", '"stop"') + USAGE
     with ScriptedSSEServer((raw + "data: [DONE]\r\n\r\n").encode()) as server:
         with Client(Endpoint(url=server.url, api_key="k"), timeout_s=10) as client:
-            result = client.stream(SPEC, {}, "/v1/chat/completions")
+            result = timed_stream(client, SPEC, {}, "/v1/chat/completions")
             assert client.served_model() == "tiny" and client.server_info() is None and client.health() is False
     assert result.ok and (result.text_chunks, result.finish_reason, result.completion_tokens) == (3, "stop", 3)
     assert len(result.itl_s) == 2 and server.auth == ["Bearer k"]
@@ -181,20 +189,20 @@ def test_a_crlf_stream_with_comments_is_timed_and_its_usage_read():
 def test_an_error_object_mid_stream_is_a_failed_request_not_an_exception():
     raw = CHUNK % ("a", "null") + 'data: {"error": {"message": "engine died"}}\n\n'
     with ScriptedSSEServer(raw.encode()) as server, Client(Endpoint(url=server.url), timeout_s=10) as client:
-        result = client.stream(SPEC, {}, "/v1/chat/completions")
+        result = timed_stream(client, SPEC, {}, "/v1/chat/completions")
     assert (result.ok, result.http_status) == (False, 200) and "engine died" in result.error
 
 
 def test_an_error_status_is_a_failed_request_with_the_servers_message():
     raw = b'{"error": {"message": "max_tokens too large"}}'
     with ScriptedSSEServer(raw, status=400) as server, Client(Endpoint(url=server.url), timeout_s=10) as client:
-        result = client.stream(SPEC, {}, "/v1/chat/completions")
+        result = timed_stream(client, SPEC, {}, "/v1/chat/completions")
     assert (result.ok, result.http_status, result.error) == (False, 400, "HTTP 400: max_tokens too large")
 
 
 def test_a_refused_connection_is_a_transport_failure():
     with Client(Endpoint(url="http://127.0.0.1:9"), timeout_s=5) as client:
-        result = client.stream(SPEC, {}, "/v1/chat/completions")
+        result = timed_stream(client, SPEC, {}, "/v1/chat/completions")
         with pytest.raises(ServerUnreachable):
             client.served_model()
     assert (result.ok, result.http_status) == (False, None) and result.error.startswith("transport: ConnectError")

@@ -3,15 +3,16 @@
 Both sides run the same checkpoint and config in fresh processes, alternating (direct, server,
 direct, server) so drift hits both; each side times a greedy, fixed-length job and rates it with
 bench's one decode formula (`bench.records.decode_tok_per_s`: tokens after the first two over the
-span from the second arrival to the last). The server side is read by bench's client, the project's
-one client and SSE reader. The ratio of medians is printed.
+span from the second arrival to the last). The server side is read through the project's one
+client (`openai_client`) and timed by bench (`bench.timing`). The ratio of medians is printed; a
+failed or unrateable run stops the check (OverheadError) instead of giving a number.
 
 With --prefill-tokens N each side also prefills unique N-token prompts (one new token each) and
 the engine's own prefill time is compared: a server-side prefill below the direct generator's on
 the same GPU is the server's fault; both below a published number is the GPU's.
 
 Usage:
-    python -m serving.overhead --model DIR [--config FILE] [--vram-limit 24GiB] [--prompt-tokens 1024]
+    python -m benchmarks.overhead --model DIR [--config FILE] [--vram-limit 24GiB] [--prompt-tokens 1024]
                                [--new-tokens 256] [--prefill-tokens 8192] [--repeats 5] [--rounds 2]
                                [--json OUT]
 """
@@ -29,13 +30,18 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-from bench.client import Client, Endpoint
-from bench.errors import BenchError
 from bench.records import RequestResult, RequestSpec, decode_tok_per_s
+from bench.timing import timed_stream
+from openai_client import Client, ClientError, Endpoint
 from serving.config import ServingConfig, engine_for_checkpoint
 from serving.units import parse_bytes
+from tuner_errors import TunerError
 
-__all__ = ["main"]
+__all__ = ["OverheadError", "main"]
+
+
+class OverheadError(TunerError, RuntimeError):
+    """A run could not be rated (it failed, was too short, or hit the prefix cache): no ratio is given."""
 
 
 def _prompt(codec, n_tokens: int, salt: int) -> list[int]:
@@ -118,7 +124,7 @@ def _through_server(args: argparse.Namespace, config: ServingConfig, salt: int, 
                 "stream": True,
                 "stream_options": {"include_usage": True},
             }
-            result = _measured(client.stream(_spec(len(ids), args.new_tokens), body, "/v1/completions"))
+            result = _measured(timed_stream(client, _spec(len(ids), args.new_tokens), body, "/v1/completions"))
             runs.append(
                 {
                     "tokens": result.completion_tokens,
@@ -133,8 +139,8 @@ def _through_server(args: argparse.Namespace, config: ServingConfig, salt: int, 
             body = {"prompt": ids, "max_tokens": 1, "temperature": 0, "ignore_eos": True}
             try:
                 usage = client.post_json("/v1/completions", body)["usage"]
-            except BenchError as exc:
-                raise RuntimeError(f"a prefill request failed: {exc}") from exc
+            except ClientError as exc:
+                raise OverheadError(f"a prefill request failed: {exc}") from exc
             runs.append(
                 {
                     "prefill_tokens": usage["prompt_tokens"],
@@ -154,9 +160,9 @@ def _spec(prompt_tokens: int, new_tokens: int) -> RequestSpec:
 def _measured(result: RequestResult) -> RequestResult:
     """A decode run with a rate and the server's decode time, or a loud failure (no rate is invented)."""
     if not result.ok:
-        raise RuntimeError(f"a decode request through the server failed: {result.error}")
+        raise OverheadError(f"a decode request through the server failed: {result.error}")
     if result.decode_tok_per_s_client is None or result.server_decode_s is None:
-        raise RuntimeError("the server's stream gave no decode rate (fewer than three tokens) or no usage.timings")
+        raise OverheadError("the server's stream gave no decode rate (fewer than three tokens) or no usage.timings")
     return result
 
 
@@ -167,7 +173,7 @@ def _rate(runs: list[dict]) -> float:
     """Median decode tok/s over the runs, each rated by bench's formula (`decode_tok_per_s`)."""
     rates = [r["decode_tok_per_s"] for r in runs if "tokens" in r]
     if None in rates:
-        raise RuntimeError("a decode run had fewer than three tokens: raise --new-tokens")
+        raise OverheadError("a decode run had fewer than three tokens: raise --new-tokens")
     return statistics.median(rates)
 
 
@@ -177,12 +183,12 @@ def _prefill_rate(runs: list[dict]) -> float | None:
     if not runs:
         return None
     if any(r["cached_tokens"] for r in runs):
-        raise RuntimeError(f"prefill prompts hit the prefix cache: {[r['cached_tokens'] for r in runs]}")
+        raise OverheadError(f"prefill prompts hit the prefix cache: {[r['cached_tokens'] for r in runs]}")
     return statistics.median(r["prefill_tokens"] / r["engine_prefill_s"] for r in runs)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m serving.overhead", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.overhead", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--config", type=Path)
     parser.add_argument("--vram-limit", type=parse_bytes)
@@ -201,6 +207,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except TunerError as exc:
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ValueError) else 1
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.direct:
         print(json.dumps(_direct(args)))
         return 0
@@ -219,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cmd = [
                 sys.executable,
                 "-m",
-                "serving.overhead",
+                "benchmarks.overhead",
                 "--direct",
                 "--model",
                 str(args.model),

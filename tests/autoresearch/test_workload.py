@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from autoresearch.workload import suite_workload
 from eval.errors import EvalConfigError
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
 from eval.tasksets.logic import task_rows
-from eval.workload import suite_workload
 
 
 def test_the_offline_suites_workload_is_its_own_tasks_in_run_order_weighted_by_task_count():
@@ -49,8 +49,8 @@ def test_too_few_tasks_are_refused():
 
 
 def test_the_command_writes_the_workload_bench_reads(tmp_path, capsys):
+    from autoresearch.__main__ import main
     from bench import Workload
-    from eval.__main__ import main
 
     assert main(["workload", "--suite", "offline", "--limit", "3", "--out", str(tmp_path / "w.json")]) == 0
     wl = Workload.load(tmp_path / "w.json")

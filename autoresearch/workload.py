@@ -1,5 +1,8 @@
 """A suite's tasks as a bench workload: what the decode objective is measured on.
 
+The glue between two peers (eval's suites, bench's Workload), so it lives in autoresearch, which
+imports both; bench and eval never import each other.
+
 Each taskset of the suite is one decode kind. The offline tasksets give their own tasks (the first
 `per_kind` in run order, with the taskset's system prompt); the Prime tasksets' data lives behind
 `python -m eval data` and Docker, so each is stood in for by bench's bundled corpus of the same kind
@@ -11,18 +14,23 @@ its tasksets equally and says so. The suite's thinking switch travels as a reque
 Usage:
     wl = suite_workload(get_suite("offline"), per_kind=64)
     wl.save(Path("workload-offline.json"))      # python -m bench --workload workload-offline.json ...
+    python -m autoresearch workload --suite offline --out workload.json [--per-kind 64] [--limit N]
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
+import sys
+from collections.abc import Sequence
+from pathlib import Path
 
-from bench import Workload, WorkloadKind
+from bench import BenchConfigError, Workload, WorkloadKind
 from bench.corpus import CorpusItem, load_corpus
 from eval.errors import EvalConfigError
-from eval.suites import SuiteSpec, TasksetSpec
+from eval.suites import SuiteOverrides, SuiteSpec, TasksetSpec, apply_overrides, get_suite
 
-__all__ = ["PROXY_KINDS", "suite_workload"]
+__all__ = ["PROXY_KINDS", "command", "suite_workload"]
 
 # bench corpus kind standing in for a Prime taskset whose tasks are not on this machine
 PROXY_KINDS = {"aime24": "math", "aime25": "math", "aime26": "math", "mmlu-pro": "mc", "i3-logic": "mc",
@@ -84,3 +92,34 @@ def _kind(spec: TasksetSpec, per_kind: int, *, weight: float) -> WorkloadKind:
         name=spec.name, weight=weight, system=systems.pop(),
         items=tuple(CorpusItem(id=r["id"], kind=spec.name, text=r["prompt"], answer=r["answer"]) for r in rows),
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m autoresearch workload",
+                                     description="write a suite's tasks as a bench workload (what decode is measured on)")
+    parser.add_argument("--suite", required=True, help="suite name, e.g. offline")
+    parser.add_argument("--per-kind", type=int, default=DEFAULT_PER_KIND, help="tasks per taskset (default 64)")
+    parser.add_argument("--limit", type=int, help="tasks per taskset the suite runs (as --suite-limit)")
+    parser.add_argument("--out", type=Path, required=True, help="the workload JSON to write")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    return parser
+
+
+def command(args: argparse.Namespace) -> int:
+    """Write the workload; a suite that gives none is exit status 1 with the reason on stderr."""
+    try:
+        workload = suite_workload(apply_overrides(get_suite(args.suite), SuiteOverrides(limit=args.limit)),
+                                  per_kind=args.per_kind)
+    except (BenchConfigError, EvalConfigError) as exc:
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    workload.save(args.out)
+    weights = ", ".join(f"{k} {w:.2f}" for k, w in workload.weights().items())
+    print(f"{args.out}: {workload.name}, sha256 {workload.sha256[:16]}, weights {weights}")
+    for kind in workload.kinds:
+        print(f"  {kind.name}: {len(kind.items)} tasks" + (f" (proxy: {kind.proxy})" if kind.proxy else ""))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return command(build_parser().parse_args(argv))

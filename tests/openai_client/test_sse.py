@@ -1,12 +1,12 @@
-"""bench.sse: the one SSE reader, on the edge cases servers produce (comments, CRLF, multi-line data,
+"""openai_client.sse: the one SSE reader, on the edge cases servers produce (comments, CRLF, multi-line data,
 a stream cut before [DONE], an error object mid-stream)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.errors import StreamError
-from bench.sse import SSEDecoder
+from openai_client.errors import StreamError
+from openai_client.sse import SSEDecoder
 
 
 def _decode(text: str) -> tuple[list[dict], bool]:

@@ -1,0 +1,84 @@
+"""RESULTS.md's "What each change bought": the stored minimization as table rows.
+
+Each row is one change of the confirmed champion: what removing it alone did to request time, decode
+and prefill in the ranking round (median ratio and bench's interval, as a signed change), and whether
+the minimal champion keeps it. Nothing is measured here; the numbers are the stored record's.
+
+Usage:
+    table = read_change_costs(study.user_attrs.get("minimization"))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autoresearch.minimize import Cost, Minimization
+
+__all__ = ["ChangeCostRow", "ChangeCosts", "read_change_costs", "signed_change"]
+
+MINIMIZATION_ATTR = "minimization"
+
+
+def signed_change(ratio: tuple[float, float, float], *, time: bool = False) -> str:
+    """A stored (ratio, low, high) of rates as a signed change, e.g. "-23.1% [-25.0, -21.2]"; `time`: of the
+    time a request takes instead (1 / ratio), so a slower configuration reads "+"."""
+    r, lo, hi = ratio
+    if time:
+        r, lo, hi = 1 / r, 1 / hi, 1 / lo
+    return f"{(r - 1) * 100:+.1f}% [{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}]"
+
+
+@dataclass(frozen=True)
+class ChangeCostRow:
+    change: str  # e.g. "draft_mode=ngram"
+    carried: str  # settings put back with it, e.g. "ngram_match_min, num_draft_tokens"; "" when none
+    request: str  # request time without it, against the champion ("-" when not measured)
+    decode: str
+    prefill: str
+    verdict: str  # bench's on request time in the ranking round
+    kept: str  # "kept" or "removed", and why
+
+
+@dataclass(frozen=True)
+class ChangeCosts:
+    rows: list[ChangeCostRow]
+    launches_per_config: int
+    launches: int
+    bound: int
+    complete: bool
+    attempts: int
+    minimal_changes: str  # the minimal champion's changes, e.g. "draft_mode=ngram, max_chunk_size=8192"
+    minimal_cost: str | None  # the minimal champion's request time against the champion, from its last attempt
+    gate: str | None  # the minimal champion's gate verdict, as stored
+
+
+def _row(m: Minimization, name: str) -> ChangeCostRow:
+    change = next(c for c in m.changes if c.name == name)
+    cost: Cost | None = m.costs.get(name)
+    tries = [a for a in m.attempts if a.name == name]
+    carried = ", ".join(m.carried.get(name, ()))
+    if name in m.kept:
+        why = tries[-1].reason if tries else m.unremovable.get(name, "not tried (the launch bound was reached)")
+        kept = f"kept ({why.removeprefix('kept: ')})"
+    else:
+        kept = "removed" if tries and tries[-1].accepted else "removed with another change"
+    return ChangeCostRow(change=str(change), carried=carried,
+                         request=signed_change(cost.request, time=True) if cost else "-",
+                         decode=signed_change(cost.decode) if cost else "-",
+                         prefill=signed_change(cost.prefill) if cost else "-",
+                         verdict=cost.verdict if cost else "not measured", kept=kept)
+
+
+def read_change_costs(stored: dict | None) -> ChangeCosts | None:
+    """The table of a stored minimization (the study's user attribute), or None when none ran."""
+    if not stored:
+        return None
+    m = Minimization.from_dict(stored)
+    accepted = [a for a in m.attempts if a.accepted]
+    kept = [str(c) for c in m.changes if c.name in m.kept]
+    gate = m.extra.get("gate")
+    return ChangeCosts(rows=[_row(m, c.name) for c in m.changes], launches_per_config=m.launches_per_config,
+                       launches=m.launches, bound=m.bound, complete=m.complete, attempts=len(m.attempts),
+                       minimal_changes=", ".join(kept) or "(none: the baseline)",
+                       minimal_cost=signed_change(accepted[-1].cost.request, time=True) if accepted else None,
+                       gate=None if gate is None else f"{'passed' if gate['passed'] else 'failed'}: {gate['reason']}")

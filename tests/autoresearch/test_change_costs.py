@@ -1,0 +1,40 @@
+"""RESULTS.md's "What each change bought", rendered from a stored minimization of scripted launches."""
+
+from __future__ import annotations
+
+from autoresearch.change_costs import read_change_costs, signed_change
+from autoresearch.minimize import minimize
+from autoresearch.report import render_section
+from tests.autoresearch.test_minimize import BASELINE, CHAMPION, ScriptedLaunches, _drafting_matters
+
+
+def _table() -> str:
+    result = minimize(CHAMPION, BASELINE, ScriptedLaunches(_drafting_matters()), launches=2)
+    stored = result.to_dict() | {"extra": {"gate": {"passed": True, "reason": "fidelity within the floor"}}}
+    return render_section("change_costs", read_change_costs(stored))
+
+
+def test_each_change_has_a_row_with_its_removal_costs_and_whether_the_minimal_champion_keeps_it():
+    text = _table()
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in text.splitlines() if line.startswith("| `")}
+    assert set(rows) == {"`draft_mode=ngram`", "`hybrid_draft_tokens=4`", "`max_chunk_size=8192`", "`ngram_match_min=3`",
+                         "`num_draft_tokens=10`", "`prefill_cooldown=3`", "`EXL3_QKV_SLICE=0`"}
+    carried, request, decode, prefill, verdict, kept = rows["`draft_mode=ngram`"]
+    assert carried == "ngram_match_min, num_draft_tokens"
+    assert 29.9 <= float(request.split("%")[0]) <= 30.1 and -23.2 <= float(decode.split("%")[0]) <= -23.0
+    assert prefill.startswith("+0.0%")
+    assert verdict == "slower" and kept.startswith("kept (without it, measurably slower")
+    assert rows["`prefill_cooldown=3`"][4:] == ["same", "removed"]
+    assert "**Minimal champion:** `draft_mode=ngram, max_chunk_size=8192`" in text
+    assert "Gate: passed: fidelity within the floor" in text and "stopped at that bound" not in text
+
+
+def test_no_minimization_no_section():
+    assert read_change_costs(None) is None
+    assert render_section("change_costs", None).strip() == ""
+
+
+def test_signed_change_reads_time_the_other_way_round():
+    assert signed_change((0.8, 0.75, 0.85)) == "-20.0% [-25.0, -15.0]"
+    assert signed_change((0.8, 0.75, 0.85), time=True) == "+25.0% [+17.6, +33.3]"

@@ -1,0 +1,121 @@
+"""The removal order and the stop rule of autoresearch.minimize, on scripted measurements.
+
+ScriptedLaunches is a test double for the GPU: it answers each launch from a table keyed by the
+settings the launched config lacks (relative to the champion), with a small alternating launch noise.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from autoresearch.minimize import Launch, MinimizeError, changes_of, launch_bound, minimize, without
+from serving.config import ServingConfig
+
+BASELINE = ServingConfig.from_dict({"engine": "exllamav3"})
+CHAMPION = ServingConfig.from_dict({"engine": "exllamav3", "args": {
+    "draft_mode": "ngram", "ngram_match_min": 3, "num_draft_tokens": 10, "max_chunk_size": 8192,
+    "prefill_cooldown": 3, "hybrid_draft_tokens": 4}, "env": {"EXL3_QKV_SLICE": "0"}})
+
+
+class ScriptedLaunches:
+    """Request time per launch: table[frozenset(removed)] (default 1.0 s) times a +-0.02% launch noise."""
+
+    def __init__(self, table: dict[frozenset, float], fail: set[frozenset] = frozenset()):
+        self.table, self.fail, self.labels, self.n = table, fail, [], 0
+
+    def __call__(self, config: ServingConfig, label: str) -> Launch | None:
+        self.labels.append(label)
+        self.n += 1
+        removed = frozenset(c.name for c in changes_of(config, CHAMPION))
+        if removed in self.fail:
+            return None
+        t = self.table.get(removed, 1.0) * (1 + 0.0002 * (-1) ** self.n)
+        return Launch(request_time_s=t, decode_tok_per_s=100 / t, prefill_tok_per_s=1000.0)
+
+
+def _drafting_matters() -> dict[frozenset, float]:
+    """Drafting is worth 30%, the 8K chunk 5%; the rest are passengers with costs of 0.1-0.3%."""
+    def time(removed: frozenset) -> float:
+        t = 1.0
+        if "draft_mode" in removed:
+            t *= 1.3
+        if "max_chunk_size" in removed:
+            t *= 1.05
+        t *= 1 + 0.001 * len(removed & {"prefill_cooldown"}) + 0.002 * len(removed & {"EXL3_QKV_SLICE"}) \
+            + 0.003 * len(removed & {"hybrid_draft_tokens"})
+        return t
+    names = [c.name for c in changes_of(CHAMPION, BASELINE)] + ["ngram_match_min", "num_draft_tokens"]
+    from itertools import combinations
+    return {frozenset(s): time(frozenset(s)) for r in range(len(names) + 1) for s in combinations(names, r)}
+
+
+def test_passengers_go_cheapest_first_and_the_changes_that_bought_speed_stay():
+    runs = ScriptedLaunches(_drafting_matters())
+    result = minimize(CHAMPION, BASELINE, runs, launches=2)
+    first_tries = list(dict.fromkeys(a.name for a in result.attempts))
+    # ranked by the measured cost of removing each alone: the 0.1% passenger first, drafting last
+    passengers = [n for n in first_tries if n in ("prefill_cooldown", "EXL3_QKV_SLICE", "hybrid_draft_tokens")]
+    assert passengers == ["prefill_cooldown", "EXL3_QKV_SLICE", "hybrid_draft_tokens"]
+    assert first_tries[-2:] == ["max_chunk_size", "draft_mode"]
+    assert [a.name for a in result.attempts] == sorted(result.costs, key=lambda n: (-result.costs[n].request[0], n))
+    assert set(result.kept) == {"draft_mode", "max_chunk_size"}
+    assert result.minimal.args.draft_mode == "ngram" and result.minimal.args.max_chunk_size == 8192
+    assert result.minimal.args.prefill_cooldown == 4 and result.minimal.env == {}
+    assert result.complete and result.launches <= result.bound == launch_bound(len(result.changes), 2)
+    assert result.costs["draft_mode"].verdict == "slower" and result.costs["prefill_cooldown"].verdict == "same"
+    assert result.costs["draft_mode"].request_cost == pytest.approx(0.3, abs=0.01)
+
+
+def test_a_kept_change_is_tried_again_after_a_later_removal_changes_what_it_was_tried_on():
+    """A is needed while B is in (its removal is slower then), not once B is out: the stop rule is met only
+    when removing any change still in is measured slower on the final configuration."""
+    champion = ServingConfig.from_dict({"engine": "exllamav3", "args": {"prefill_cooldown": 3, "max_batch_size": 64},
+                                        "env": {"EXL3_QKV_SLICE": "0"}})
+    p, a, b = "EXL3_QKV_SLICE", "max_batch_size", "prefill_cooldown"
+    table = {frozenset({p}): 1.0, frozenset({a}): 1.03, frozenset({b}): 1.05, frozenset({p, a}): 1.03,
+             frozenset({p, b}): 1.0, frozenset({p, a, b}): 1.0}
+
+    n = [0]
+
+    def scripted(config, label):
+        n[0] += 1
+        removed = frozenset(c.name for c in changes_of(config, champion))
+        t = table.get(removed, 1.0) * (1 + 0.001 * (-1) ** n[0])
+        return Launch(request_time_s=t, decode_tok_per_s=1 / t, prefill_tok_per_s=1.0)
+
+    result = minimize(champion, BASELINE, scripted, launches=2)
+    assert [(x.name, x.accepted) for x in result.attempts] == [(p, True), (a, False), (b, True), (a, True)]
+    assert result.kept == () and result.minimal == BASELINE and result.complete
+
+
+def test_the_bound_stops_it_with_every_accepted_removal_measured_not_slower():
+    runs = ScriptedLaunches(_drafting_matters())
+    n = len(changes_of(CHAMPION, BASELINE))  # 8: the drafting settings count too
+    result = minimize(CHAMPION, BASELINE, runs, launches=2, max_launches=2 * (n + 1) + 2 * 2 * 2)
+    assert not result.complete and result.launches == runs.n == result.bound
+    assert all(a.cost.verdict != "slower" for a in result.attempts if a.accepted)
+    assert len(result.attempts) == 2
+
+
+def test_removing_drafting_puts_back_what_only_applies_with_it():
+    config, removed = without(CHAMPION, BASELINE, "draft_mode")
+    assert set(removed) == {"draft_mode", "ngram_match_min", "num_draft_tokens"}
+    assert config.args.draft_mode == "none" and config.args.ngram_match_min == 0
+    config, removed = without(CHAMPION, BASELINE, "ngram_match_min")  # drafting stays: the catalog's default
+    assert removed == ("ngram_match_min",) and config.args.ngram_match_min == 2
+
+
+def test_an_unmeasured_champion_is_an_error_and_an_unmeasured_removal_is_kept():
+    with pytest.raises(MinimizeError, match="no launch of the champion"):
+        minimize(CHAMPION, BASELINE, lambda c, label: None, launches=2)
+    runs = ScriptedLaunches(_drafting_matters(), fail={frozenset({"prefill_cooldown"})})
+    result = minimize(CHAMPION, BASELINE, runs, launches=2)
+    assert result.costs["prefill_cooldown"] is None and "prefill_cooldown" in result.kept
+    assert "never measured" in result.unremovable["prefill_cooldown"]
+
+
+def test_the_record_survives_a_round_trip():
+    from autoresearch.minimize import Minimization
+
+    result = minimize(CHAMPION, BASELINE, ScriptedLaunches(_drafting_matters()), launches=2)
+    assert Minimization.from_dict(result.to_dict()) == result

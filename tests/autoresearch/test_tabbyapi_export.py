@@ -1,0 +1,135 @@
+"""The TabbyAPI export: config.yml keys and value forms checked against TabbyAPI's own schema, encoded from its
+public source in fixtures/tabbyapi_config_schema.json (not by importing TabbyAPI), and what it cannot express."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autoresearch.__main__ import main
+from autoresearch.tabbyapi import expressible_subset, to_tabbyapi
+from serving.config import ServingConfig
+
+SCHEMA = json.loads((Path(__file__).parent / "fixtures" / "tabbyapi_config_schema.json").read_text())
+EXAMPLE = Path(__file__).parents[2] / "examples" / "real-0.5b-own-answers" / "results.db"
+MODEL = Path("/models/q27")
+
+
+def _check_value(where: str, value, spec: dict) -> None:
+    if "form" in spec:
+        spec = SCHEMA["forms"][spec["form"]]
+    kind = spec.get("type", "str")
+    ok = {"str": isinstance(value, str), "bool": isinstance(value, bool),
+          "int": isinstance(value, int) and not isinstance(value, bool),
+          "float": isinstance(value, int | float) and not isinstance(value, bool), "list": isinstance(value, list)}[kind]
+    assert ok, f"{where}: {value!r} is not a {kind}"
+    if "enum" in spec or "pattern" in spec:
+        assert value in spec.get("enum", ()) or re.fullmatch(spec.get("pattern", "(?!)"), value), \
+            f"{where}: {value!r} is not one of {spec.get('enum')} nor matches {spec.get('pattern')}"
+    assert value >= spec.get("ge", value) and (value > spec["gt"] if "gt" in spec else True), f"{where}: {value!r} too small"
+    assert value % spec.get("multiple_of", 1) == 0 if kind == "int" else True, f"{where}: {value!r} not a multiple"
+
+
+def validate(tree: dict) -> None:
+    """Every key is one TabbyAPI's schema declares (it would ignore any other silently), in its value form."""
+    for section, keys in tree.items():
+        assert section in SCHEMA["sections"], f"unknown section {section!r}"
+        for key, value in keys.items():
+            assert key in SCHEMA["sections"][section], f"{section}.{key} is not in TabbyAPI's schema"
+            _check_value(f"{section}.{key}", value, SCHEMA["sections"][section][key])
+
+
+def _config(args: dict | None = None, env: dict | None = None) -> ServingConfig:
+    return ServingConfig.from_dict({"engine": "exllamav3", "args": args or {}, "env": env or {}})
+
+
+CASES = {
+    "defaults": {},
+    "q8 cache": {"cache_kind": "quant", "cache_k_bits": 8, "cache_v_bits": 8},
+    "asymmetric cache": {"cache_kind": "quant", "cache_k_bits": 4, "cache_v_bits": 6},
+    "ngram": {"draft_mode": "ngram", "ngram_match_min": 3, "num_draft_tokens": 10, "max_chunk_size": 8192},
+    "mtp": {"draft_mode": "mtp", "num_draft_tokens": 3},
+    "draft model": {"draft_mode": "draft_model", "draft_model_dir": "/models/qwen-0.8b"},
+    "everything Tabby lacks": {"draft_mode": "mtp", "sparse_draft_head": 4096, "hybrid_draft_tokens": 8,
+                               "prefill_cooldown": 2, "max_chunk_size": 4096, "shared_chunk_size": 1024,
+                               "recurrent_dtype": "float", "dynamic_draft_tokens": True, "draft_confidence": 0.6},
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("hybrid", [False, True])
+def test_every_exported_key_is_one_tabbyapis_schema_accepts_in_its_value_form(name, hybrid):
+    export = to_tabbyapi(_config(CASES[name], {"EXL3_QKV_SLICE": "0"}), model_path=MODEL, hybrid=hybrid)
+    validate(yaml.safe_load(yaml.safe_dump(export.config)))
+    assert export.env == {"EXL3_QKV_SLICE": "0"}
+
+
+def test_the_validator_refuses_what_tabbyapi_would_drop_or_reject():
+    with pytest.raises(AssertionError, match="not in TabbyAPI's schema"):
+        validate({"draft_model": {"dynamic_draft": True}})
+    with pytest.raises(AssertionError, match="not one of"):
+        validate({"draft_model": {"draft_cache_mode": "8,8"}})  # the pair form: the draft schema refuses it
+    with pytest.raises(AssertionError, match="multiple"):
+        validate({"model": {"cache_size": 1000}})
+
+
+def test_cache_modes_take_tabbyapis_names_where_it_has_one_and_the_pair_form_otherwise():
+    modes = {name: to_tabbyapi(_config(CASES[name]), model_path=MODEL, hybrid=False).config["model"]["cache_mode"]
+             for name in ("defaults", "q8 cache", "asymmetric cache")}
+    assert modes == {"defaults": "FP16", "q8 cache": "Q8", "asymmetric cache": "4,6"}
+
+
+def test_drafting_maps_to_tabbyapis_draft_modes():
+    ngram = to_tabbyapi(_config(CASES["ngram"]), model_path=MODEL, hybrid=False)
+    assert ngram.config["draft_model"] == {"draft_mode": "ngram", "ngram_match_min": 3, "draft_num_tokens": 10}
+    assert ngram.config["model"]["chunk_size"] == 8192 and ngram.equivalent
+    drafter = to_tabbyapi(_config(CASES["draft model"]), model_path=MODEL, hybrid=False).config["draft_model"]
+    assert drafter["draft_mode"] == "model" and (drafter["draft_model_dir"], drafter["draft_model_name"]) == \
+        ("/models", "qwen-0.8b")
+    assert to_tabbyapi(_config(), model_path=MODEL, hybrid=False).config["draft_model"] == {"draft_mode": "disabled"}
+
+
+def test_tabbyapis_own_defaults_are_overridden_with_ours():
+    """TabbyAPI's max_batch_size (4 on recurrent models), output chunking and cudaMallocAsync differ from ours."""
+    model = to_tabbyapi(_config(), model_path=MODEL, hybrid=False).config
+    assert model["model"]["max_batch_size"] == 256 and model["model"]["output_chunking"] is False
+    assert model["memory"] == {"sysmem_recurrent_cache": 4096, "cuda_malloc_async": False}
+    assert to_tabbyapi(_config(), model_path=MODEL, hybrid=True).config["model"]["max_batch_size"] == 16
+
+
+def test_what_tabbyapi_cannot_express_is_listed_and_the_export_is_not_called_equivalent():
+    config = _config(CASES["everything Tabby lacks"])
+    export = to_tabbyapi(config, model_path=MODEL, hybrid=False)
+    assert not export.equivalent
+    assert {u.field for u in export.unexpressed} == {"sparse_draft_head", "hybrid_draft_tokens", "prefill_cooldown",
+                                                     "shared_chunk_size", "recurrent_dtype", "dynamic_draft_tokens",
+                                                     "draft_confidence"}
+    subset = expressible_subset(config, hybrid=False)
+    assert to_tabbyapi(subset, model_path=MODEL, hybrid=False).equivalent
+    assert (subset.args.draft_mode, subset.args.max_chunk_size, subset.args.prefill_cooldown) == ("mtp", 4096, 4)
+
+
+def test_more_recurrent_slots_than_the_batch_cannot_be_expressed_on_a_hybrid_model():
+    config = _config({"max_batch_size": 4})  # 16 slots by default
+    assert [u.field for u in to_tabbyapi(config, model_path=MODEL, hybrid=True).unexpressed] == ["cache_slots"]
+    assert to_tabbyapi(config, model_path=MODEL, hybrid=False).equivalent
+
+
+def test_export_format_tabbyapi_writes_config_env_and_what_it_cannot_express(tmp_path, capsys):
+    db = tmp_path / "results.db"
+    shutil.copy(EXAMPLE, db)
+    code = main(["export", "--study", "drafting-eos", "--storage", f"sqlite:///{db}", "--format", "tabbyapi",
+                 "--out", str(tmp_path / "tabby")])
+    assert code == 0
+    tree = yaml.safe_load((tmp_path / "tabby" / "config.yml").read_text())
+    validate(tree)
+    assert tree["draft_model"] == {"draft_mode": "ngram", "ngram_match_min": 3, "draft_num_tokens": 10}
+    assert (tmp_path / "tabby" / "exl3.env").read_text().splitlines()[1:] == ["EXL3_INT8_GEMV=1", "EXL3_QKV_SLICE=0"]
+    printed = capsys.readouterr().out
+    assert "Not equivalent" in printed and "hybrid_draft_tokens=4" in printed and "prefill_cooldown=3" in printed
+    assert "Not equivalent" in (tmp_path / "tabby" / "NOT-EXPRESSED.md").read_text()

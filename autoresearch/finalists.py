@@ -19,6 +19,7 @@ import statistics
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import optuna
@@ -64,8 +65,13 @@ def _pooled(results: list[BenchResult]) -> dict[str, tuple[float, ...]]:
     return {k: tuple(v) for k, v in pooled.items()}
 
 
-def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: ResultsDB) -> Champion | None:
+def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: ResultsDB,
+                      judge_tasks: Callable[[optuna.trial.FrozenTrial], dict] | None = None) -> Champion | None:
     """Re-measure, decide, store the decision in ar_finalists and the study; None without a baseline.
+
+    `judge_tasks(trial)` runs the task tier on a finalist whose tier is pending (--task-tier-scope
+    finalists; autoresearch.judging): the finalists confirmed faster are judged fastest first until one
+    passes, and only a finalist that passed is crowned.
 
     Raises:
         ConfirmedElsewhere: another worker of the study confirms these same finished trials.
@@ -98,12 +104,13 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
         raise ConfirmedElsewhere(f"worker {holder} confirms the finalists of these {finished} trials; its "
                                  "RESULTS.md names the champion")
     with db.holding(**claim, interval_s=plan.heartbeat_s) as lost:
-        return _confirm(plan, study, space, db, baseline, finalists, trials, lost)
+        return _confirm(plan, study, space, db, baseline, finalists, trials, lost, judge_tasks)
 
 
 def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: ResultsDB, baseline: optuna.trial.FrozenTrial,
              finalists: list[optuna.trial.FrozenTrial], trials: list[optuna.trial.FrozenTrial],
-             lost: threading.Event) -> Champion | None:
+             lost: threading.Event, judge_tasks: Callable[[optuna.trial.FrozenTrial], dict] | None = None,
+             ) -> Champion | None:
     """The claimed round: fresh launches of the baseline and the finalists, interleaved, then the decision.
 
     Raises:
@@ -138,10 +145,11 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
     where = {"worker": worker_name(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
              "gpu": next(({"name": r.gpu.name, "uuid": r.gpu.uuid} for r in base_runs if r.gpu), None)}
     best: Champion | None = None
+    verdicts = {t.number: judge_finalist(base_runs, results[t.number], floor=floor) if results[t.number] else
+                {"qualified": False, "reason": "no confirmation launch was measured"} for t in finalists}
+    _judge_tasks(finalists, verdicts, judge_tasks)
     for t in finalists:
-        runs = results[t.number]
-        verdict = judge_finalist(base_runs, runs, floor=floor) if runs else \
-            {"qualified": False, "reason": "no confirmation launch was measured"}
+        verdict = verdicts[t.number]
         db.add_finalist(study=plan.study_name, round_=round_, trial=t.number, config_digest=t.user_attrs["config_digest"],
                         decode=verdict.get("decode"), prefill=verdict.get("prefill"), verdict=verdict | where)
         if verdict["qualified"] and (best is None or verdict["speedup"] > best.speedup):
@@ -163,6 +171,33 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
     study.set_user_attr(_CHAMPION, best.__dict__ | {"reason": reason, "round": round_, "trials_at": len(trials),
                                                     "confirmed_by": where})
     return best
+
+
+def _judge_tasks(finalists: list[optuna.trial.FrozenTrial], verdicts: dict[int, dict],
+                 judge_tasks: Callable[[optuna.trial.FrozenTrial], dict] | None) -> None:
+    """The task tier where it can change the outcome: the qualified finalists, fastest first, until one passes
+    (the rest are not judged and not crowned). A finalist already judged in its trial needs nothing here."""
+    qualified = sorted((t for t in finalists if verdicts[t.number]["qualified"]),
+                       key=lambda t: verdicts[t.number]["speedup"], reverse=True)
+    passed = False
+    for t in qualified:
+        verdict = verdicts[t.number]
+        if t.user_attrs.get("task_tier") != "pending" or judge_tasks is None:
+            passed = True  # judged in its trial (--task-tier-scope every), or no suite
+            break
+        tier = judge_tasks(t)
+        verdict["task_tier"] = tier
+        if tier["passed"]:
+            passed = True
+            break
+        verdict["qualified"] = False
+        verdict["reason"] = "task tier failed: " + "; ".join(tier.get("reasons") or ["no reason recorded"])
+    if passed:
+        for t in qualified:
+            if "task_tier" not in verdicts[t.number] and t.user_attrs.get("task_tier") == "pending" \
+                    and judge_tasks is not None and verdicts[t.number]["qualified"]:
+                verdicts[t.number]["qualified"] = False  # faster ones were judged first; this one was not
+                verdicts[t.number]["reason"] = "not judged on the task tier: a faster finalist passed it"
 
 
 def _after_running_trials(plan: RunPlan, study: optuna.Study) -> list[optuna.trial.FrozenTrial]:

@@ -10,6 +10,7 @@ import logging
 
 import optuna
 
+from autoresearch.baseline import load_baseline
 from autoresearch.db import ResultsDB
 from autoresearch.errors import BaselineNotReady, BaselineUnmeasured, ConfirmedElsewhere
 from autoresearch.finalists import confirm_finalists, feasible_front
@@ -22,7 +23,9 @@ from autoresearch.servers import reap_orphan_servers
 from autoresearch.study import open_study
 from autoresearch.trial import TrialRunner
 from eval import EvalStore
+from eval.errors import EvalError
 from search_space import SpaceContext, build_space, read_model_info
+from serving.errors import LaunchError
 
 __all__ = ["counted_trials", "run"]
 
@@ -45,6 +48,24 @@ def _best_line(study: optuna.Study) -> str:
     best = max(front, key=lambda t: speedup_score(tuple(t.values), tuple(baseline.values)))
     score = speedup_score(tuple(best.values), tuple(baseline.values))
     return f"trial {best.number}: decode {best.values[0]:.1f}, prefill {best.values[1]:.0f} tok/s ({score:.3f}x)"
+
+
+def _task_judge(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalStore, runner: TrialRunner,
+                progress: Progress):
+    """The finalists' stage's task tier (--task-tier-scope finalists); None where trials judged it themselves."""
+    if runner.tier is None or plan.task_tier_scope != "finalists":
+        return None
+
+    def judge(t: optuna.trial.FrozenTrial) -> dict:
+        progress.stage(f"task tier: trial {t.number}")
+        evidence = load_baseline(study, store, db, plan.study_name)
+        try:
+            return runner.tier.judge_pending(study, t, evidence)
+        except (BaselineUnmeasured, EvalError, LaunchError) as exc:  # e.g. a smoke run that did not complete
+            log.error("the task tier could not judge trial %d: %s", t.number, exc)
+            return {"passed": False, "reasons": [f"{type(exc).__name__}: {exc}"]}
+
+    return judge
 
 
 def run(plan: RunPlan) -> int:
@@ -97,7 +118,8 @@ def run(plan: RunPlan) -> int:
                 raise
         progress.stage("confirming finalists")
         try:
-            champion = confirm_finalists(plan, study, space, db)
+            champion = confirm_finalists(plan, study, space, db, judge_tasks=_task_judge(plan, study, db, store,
+                                                                                          runner, progress))
         except ConfirmedElsewhere as exc:
             write_report(plan, study, db, store)
             print(f"finalists: {exc}")

@@ -178,7 +178,7 @@ class TaskTier:
                            tasksets=tuple(a.result() for a in self.baseline.values()))
 
     def check_baseline(self) -> None:
-        if not self.policy.judge:
+        if not self.policy.decides:
             return
         k = len(self.suite.tasksets)
         problems = [p for spec in self.suite.tasksets for p in
@@ -218,47 +218,49 @@ class TaskTier:
         specs = list(self.suite.tasksets)
         cand = {spec.name: Answers(candidate_dir, spec) for spec in specs}
         done: dict[str, TasksetVerdict] = {}
-
-        def settle() -> bool:
-            """Record decided tasksets; True when the judgment is over (all decided, or one rejected)."""
-            for spec in specs:
-                if spec.name in done:
-                    continue
-                verdict = self.verdict(spec, cand[spec.name])[0]
-                over = self._over(spec, cand[spec.name])
-                if _decided(verdict) or over or (not self.policy.judge and cand[spec.name].exhausted):
-                    done[spec.name] = verdict
-            return len(done) == len(specs) or any(v.decision == "rejected" for v in done.values())
-
-        def needs_baseline(spec: TasksetSpec) -> bool:
-            b, c = self.baseline[spec.name], cand[spec.name]
-            return self.policy.judge and not b.exhausted and (c.answered > b.answered or c.exhausted)
-
         first = server
-        while not settle():
+        while not self._settle(specs, cand, done):
             waiting = [s for s in specs if s.name not in done]
-            if any(not needs_baseline(s) for s in waiting):  # the candidate answers ahead first
+            if any(not self._needs_baseline(s, cand[s.name]) for s in waiting):  # the candidate answers ahead
                 with (nullcontext(first) if first is not None else serve_candidate()) as up:
                     first = None
-                    for spec in waiting:
-                        if not needs_baseline(spec):
-                            cand[spec.name].answer(self.answer, up, self._candidate_rule(spec, cand[spec.name]))
-                        if settle():
-                            break
+                    self._phase(waiting, cand, done, up, candidate=True)
                 continue
-            if first is not None or release is not None:  # one server at a time: the candidate's goes down
-                first = None
-                if release is not None:
-                    release()
-                    release = None
+            first = None
+            if release is not None:  # one server at a time: the candidate's goes down first
+                release()
+                release = None
             with serve_baseline() as up:
-                for spec in waiting:
-                    if needs_baseline(spec):
-                        self.baseline[spec.name].answer(self.answer, up, self._baseline_rule(spec, cand[spec.name]))
-                        self.check_baseline()
-                    if settle():
-                        break
+                self._phase(waiting, cand, done, up, candidate=False)
         return self._judgment(specs, cand, done)
+
+    def _settle(self, specs: list[TasksetSpec], cand: dict[str, Answers], done: dict[str, TasksetVerdict]) -> bool:
+        """Record decided tasksets; True when the judgment is over (all decided, or one rejected)."""
+        for spec in specs:
+            if spec.name in done:
+                continue
+            verdict = self.verdict(spec, cand[spec.name])[0]
+            c = cand[spec.name]
+            if _decided(verdict) or self._over(spec, c) or (not self.policy.judge and c.exhausted):
+                done[spec.name] = verdict
+        return len(done) == len(specs) or any(v.decision == "rejected" for v in done.values())
+
+    def _needs_baseline(self, spec: TasksetSpec, cand: Answers) -> bool:
+        base = self.baseline[spec.name]
+        return self.policy.judge and not base.exhausted and (cand.answered > base.answered or cand.exhausted)
+
+    def _phase(self, waiting: list[TasksetSpec], cand: dict[str, Answers], done: dict[str, TasksetVerdict],
+               server: Any, *, candidate: bool) -> None:
+        """One launch of one side: it answers every waiting taskset it is behind on."""
+        for spec in waiting:
+            c = cand[spec.name]
+            if candidate and not self._needs_baseline(spec, c):
+                c.answer(self.answer, server, self._candidate_rule(spec, c))
+            elif not candidate and self._needs_baseline(spec, c):
+                self.baseline[spec.name].answer(self.answer, server, self._baseline_rule(spec, c))
+                self.check_baseline()
+            if self._settle(list(self.suite.tasksets), cand, done):
+                return
 
     def _candidate_rule(self, spec: TasksetSpec, cand: Answers) -> StopRule | None:
         if not self.policy.judge:
@@ -295,8 +297,9 @@ class TaskTier:
                   done: dict[str, TasksetVerdict]) -> Judgment:
         verdicts, bases, cands, planned = [], [], [], {}
         for spec in specs:
-            if spec.name not in done:
-                continue  # not run: an earlier taskset was rejected
+            if spec.name not in done:  # not run: an earlier taskset was rejected
+                bases.append(self.baseline[spec.name].result())  # the suite's tasksets count in alpha's share
+                continue
             verdict, base, c, size = self.verdict(spec, cand[spec.name])
             verdicts.append(verdict)
             bases.append(base)

@@ -14,6 +14,7 @@ candidate waits for that evidence and is judged against it. Server info and prov
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import secrets
@@ -31,6 +32,7 @@ from autoresearch.baseline import (
 )
 from autoresearch.db import ResultsDB
 from autoresearch.errors import BaselineUnmeasured, Unmeasured
+from autoresearch.judging import PENDING, TierRunner
 from autoresearch.memory import memory_calibration
 from autoresearch.objectives import NOT_MEASURED, dominated_by, objectives_from_bench
 from autoresearch.plan import RunPlan, worker_name
@@ -48,7 +50,6 @@ from eval import (
     gate_candidate,
     get_suite,
     measure_fidelity,
-    run_suite,
 )
 from eval.errors import EvalError, TasksetRunError
 from openai_client import ClientError, Endpoint
@@ -119,6 +120,7 @@ class TrialRunner:
         self.suite = None if plan.suite == "none" else apply_overrides(get_suite(plan.suite),
                                                                          SuiteOverrides(**plan.suite_overrides))
         self.memory = MemoryModel(space.context.model) if plan.engine == "exllamav3" else None
+        self.tier = TierRunner(plan, self.suite, store, db) if self.suite is not None else None
 
     # ---- the objective ----
 
@@ -158,7 +160,8 @@ class TrialRunner:
 
         try:
             self._stage(record, "launch")
-            with self._server(trial, config) as server:
+            with contextlib.ExitStack() as stack:  # the task tier may stop this server before the baseline's starts
+                server = stack.enter_context(self._server(trial, config))
                 record.constraints["launch_ok"] = OK
                 self._stage(record, "bench")
                 try:
@@ -189,11 +192,14 @@ class TrialRunner:
                     return decode, prefill
                 self._measure(trial, config, "fidelity", {"measurement_id": fidelity.measurement_id,
                                                           "metrics": fidelity.metrics})
+                trial.set_user_attr("fidelity_measurement_id", fidelity.measurement_id)
+                trial.set_user_attr("gate_label", self._label(trial, config))
                 gate = gate_candidate(self.store, model_manifest_hash=self.plan.model.manifest_hash,
                                       candidate_label=self._label(trial, config), baseline_label=baseline.label,
                                       policy=self.plan.gate_policy, floor=baseline.fidelity_floor,
                                       candidate_fidelity=fidelity, save=False)
-                if not gate.decision.passed or self.suite is None:  # fidelity is the last tier: save it
+                judge_now = gate.decision.passed and self.tier is not None and self.plan.task_tier_scope == "every"
+                if not judge_now:  # fidelity is the last tier this trial runs: its one decision row
                     gate = gate_candidate(self.store, model_manifest_hash=self.plan.model.manifest_hash,
                                           candidate_label=self._label(trial, config), baseline_label=baseline.label,
                                           policy=self.plan.gate_policy, floor=baseline.fidelity_floor,
@@ -202,27 +208,33 @@ class TrialRunner:
                     return self._gated(trial, config, record, gate, decode, prefill)
                 record.constraints["fidelity"] = OK
 
-                if self.suite is None:
+                if self.tier is None:
                     record.constraints["tasks"] = OK
                     record.reasons.append("task suite not run (--suite none): gated on fidelity only")
                     return self._gated(trial, config, record, gate, decode, prefill)
+                if not judge_now:  # --task-tier-scope finalists: judged if it can become champion
+                    trial.set_user_attr("task_tier", PENDING)
+                    record.reasons.append("task tier pending: judged by the finalists' stage before it can be "
+                                          "crowned (--task-tier-scope finalists)")
+                    return self._gated(trial, config, record, gate, decode, prefill)
                 self._stage(record, "tasks")
+                released = []
+
+                def release() -> None:
+                    released.append(True)
+                    stack.close()
+
                 try:
-                    suite = self._suite(trial, config, server, paired_with=baseline.suite)
+                    gate, _ = self.tier.judge(trial=trial.number, label=self._label(trial, config), config=config,
+                                              baseline=baseline, baseline_config=self._baseline_config(trial, baseline),
+                                              fidelity=fidelity, server=server, release=release)
                 except TasksetRunError:
-                    if self._server_failure(server) is None:
+                    if released or self._server_failure(server) is None:
                         raise  # the evaluator itself broke: stop and say so
-                    suite = None
-                failure = self._server_failure(server)
-                if failure:  # the suite's requests died with the server: not the model's answers
-                    record.fail("launch_ok", failure)
+                    record.fail("launch_ok", self._server_failure(server) or "the server died")
                     record.close("crashed")
                     return NOT_MEASURED
-                gate = gate_candidate(self.store, model_manifest_hash=self.plan.model.manifest_hash,
-                                      candidate_label=self._label(trial, config), baseline_label=baseline.label,
-                                      policy=self.plan.gate_policy, floor=baseline.fidelity_floor,
-                                      candidate_fidelity=fidelity, baseline_suite=baseline.suite,
-                                      candidate_suite=suite)
+                trial.set_user_attr("task_tier", "judged")
                 return self._gated(trial, config, record, gate, decode, prefill)
         except LaunchError as exc:
             record.fail("launch_ok", f"{exc.reason}: {exc}")
@@ -283,8 +295,10 @@ class TrialRunner:
                 serve=lambda launch: self._server(trial, config, launch=launch), store=self.store,
                 probe_set=self.probe_set, model_manifest_hash=self.plan.model.manifest_hash, label=label,
                 floor_label=label + "#2", measure=measure,
-                suite=(lambda server, attempt: self._suite(trial, config, server, attempt=attempt)) if self.suite is not None else None,
-                task_policy=self.plan.gate_policy.tasks, stage=lambda name: self._stage(record, name))
+                suite=(lambda server: self.tier.baseline_first(server, label=label, trial=trial.number,
+                                                               config_digest=config.digest))
+                if self.tier is not None else None,
+                stage=lambda name: self._stage(record, name))
         except BaselineUnmeasured as exc:
             record.fail(exc.constraint, str(exc))
             record.close(exc.outcome)
@@ -299,6 +313,9 @@ class TrialRunner:
         record.constraints.update(fidelity=OK, tasks=OK)
         record.close("baseline")
         return decode, prefill
+
+    def _baseline_config(self, trial: optuna.Trial, baseline: BaselineEvidence) -> ServingConfig:
+        return ServingConfig.from_dict(trial.study.trials[baseline.trial_number].user_attrs["config"])
 
     def _wait_for_baseline(self, trial: optuna.Trial) -> BaselineEvidence:
         return wait_for_baseline(trial, store=self.store, db=self.db, study_name=self.plan.study_name,
@@ -369,23 +386,6 @@ class TrialRunner:
                 self._measure(trial, config, "memory", {"predicted_peak_bytes": estimate.peak_bytes,
                                                         "measured_peak_bytes": peak}, launch=launch)
                 trial.set_user_attr("measured_peak_bytes", peak)
-        return result
-
-    def _suite(self, trial: optuna.Trial, config: ServingConfig, server, *, paired_with=None, attempt: int = 0):
-        name = f"trial-{trial.number:04d}-{config.digest[:12]}" + (f"-{attempt}" if attempt else "")
-        run_dir = (self.plan.study_dir / "suites" / name).resolve()
-        endpoint = Endpoint(url=server.url)  # run_suite names the served model
-        started = time.monotonic()
-        try:
-            result = run_suite(self.suite, endpoint, store=self.store, label=self._label(trial, config),
-                               model_manifest_hash=self.plan.model.manifest_hash,
-                               overrides=SuiteOverrides(**self.plan.suite_overrides), run_dir=run_dir,
-                               paired_with=paired_with, policy=self.plan.gate_policy.tasks)
-        except EvalError:
-            raise  # missing data or environments: the whole run cannot gate, say so and stop
-        self._measure(trial, config, "suite", {"suite_run_id": result.suite_run_id, "suite": result.suite,
-                                               "tasksets": result.tasksets,
-                                               "elapsed_s": round(time.monotonic() - started, 3)})
         return result
 
     def _measure(self, trial, config: ServingConfig, kind: str, payload: dict, launch: int = 0) -> None:

@@ -175,7 +175,7 @@ def test_the_baseline_rules_apply_to_what_it_answered(tmp_path):
 
 def test_a_smoke_tier_answers_everything_and_judges_nothing(tmp_path):
     small = apply_overrides(SUITE, SuiteOverrides(limit=4, max_tokens=16))
-    smoke = TaskPolicy(judge=False)
+    smoke = TaskPolicy(mode="smoke")
     answers = ScriptedAnswers()
     tier = TaskTier(small, smoke, answer=answers, baseline_dir=tmp_path / "baseline")
     tier.baseline_first("baseline")

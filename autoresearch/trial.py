@@ -357,7 +357,8 @@ class TrialRunner:
         return False
 
     def _server(self, trial: optuna.Trial, config: ServingConfig, launch: int = 0):
-        self._stage_name(trial, "launch")
+        if trial.user_attrs.get("stage") != "launch":  # a candidate's record already timed it as a stage
+            self._stage_name(trial, "launch")
         study_dir = self.plan.study_dir
         log_path = study_dir / "logs" / f"trial-{trial.number:04d}-{config.digest[:12]}-{launch}.log"
         return serve(model_dir=self.plan.model.path, config=config, log_path=log_path, pid_dir=study_dir / "servers",

@@ -12,12 +12,15 @@ Usage:
                            # fidelity only: the baseline protocol, then each candidate in a fresh launch
     python -m autoresearch workload --suite offline --out workload.json   # the suite's tasks for bench --workload
 
-Exit status: 0 done, 1 the run failed (plan: the night cannot make its claim), 2 usage or storage error.
+Exit status: 0 done, 1 the run failed (plan: the night cannot make its claim), 2 usage or storage error,
+130 interrupted (Ctrl-C).
+Ordinary failures are one line on stderr; tracebacks go to runs/<study>/loop.log (and the terminal with -v).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -26,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from autoresearch.errors import PlanError, StorageError
+from autoresearch.logs import setup_logging
 from autoresearch.night import add_rate_arguments
 from eval.policy_args import add_task_policy_arguments, task_policy_from_args
 from tuner_errors import TunerError
@@ -53,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="judge candidates against the defaults with these changes, e.g. EXL3_INT8_GEMV=0 "
                         "(exact GEMV as the reference, so the gate decides whether int8 GEMV keeps fidelity)")
     parser.add_argument("--engine", choices=["exllamav3", "transformers"],
-                        help="default: exllamav3 with --model, transformers for the embedded default")
+                        help="default: the checkpoint's, as `python -m search_space` picks it (exllamav3 for an EXL3 "
+                        "folder, else transformers)")
     parser.add_argument("--trials", type=int, help="total trials in the study, baseline included (embedded default: 6)")
     parser.add_argument("--hours", type=float, help="stop starting trials after this many hours")
     parser.add_argument("--vram", help="VRAM budget, e.g. 24GiB (an RTX 3090); default: the GPU's memory")
@@ -66,13 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Optuna/results storage URL: sqlite:///results.db or postgresql://... (shared by workers)")
     parser.add_argument("--results-md", type=Path, default=Path("RESULTS.md"))
     parser.add_argument("--workdir", type=Path, default=Path("runs"), help="server logs, configs, suite runs")
-    parser.add_argument("--port", type=int, default=18020, help="server port (0: any free port, for several workers)")
+    parser.add_argument("--port", type=int, default=0, help="pin the servers' port (default 0: a free port per launch)")
     parser.add_argument("--pin", action="append", default=[], metavar="KNOB=VALUE",
                         help="hold a knob fixed (JSON value), e.g. --pin cache_tokens=32768")
     parser.add_argument("--suite-limit", type=int, help="tasks per taskset (shrink a suite)")
     parser.add_argument("--suite-max-tokens", type=int, help="max output tokens per call in every taskset")
     parser.add_argument("--suite-tasksets", help="run only these tasksets of the suite, comma-separated")
     parser.add_argument("--suite-concurrency", type=int, help="task requests in flight (default: the suite's)")
+    parser.add_argument("--suite-runtime", choices=("docker", "subprocess"),
+                        help="where the suite's harness runs (default: the suite's; docker for the Prime suites, "
+                        "whose tasksets declare network policies only a container enforces; subprocess runs on "
+                        "this host, for tasksets that declare none, e.g. the CPU stand-ins)")
     add_task_policy_arguments(parser)
     add_rate_arguments(parser)
     parser.add_argument("--bench-prefill", help="prefill ladder, token counts, e.g. 8192 (default: 8192 on GPU)")
@@ -111,24 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def setup_logging(verbose: bool) -> None:
-    level = logging.DEBUG if verbose else logging.INFO
-    if sys.stderr.isatty():
-        from rich.logging import RichHandler
-
-        logging.basicConfig(level=level, format="%(message)s", handlers=[RichHandler(show_path=False)])
-    else:
-        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "optuna", "matplotlib"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
 def make_plan(args: argparse.Namespace):
     from autoresearch.model_source import model_of_study, resolve_model
     from autoresearch.night import stated_from_args
     from autoresearch.plan import RunPlan, default_probe_config, study_name_for
     from search_space import gpu_memory_bytes, parse_bytes
+    from serving.config import engine_for_checkpoint
 
+    _check_flags(args)  # before the model is hashed and the workload built (seconds to minutes)
     cache_dir = Path(os.environ.get("AUTORESEARCH_CACHE", Path.home() / ".cache" / "exl3-autoresearch"))
     stored = _stored_study(args) if args.command != "run" else None
     if stored is not None:  # report/export of a stored study: what it was made with, no weights needed
@@ -136,11 +135,8 @@ def make_plan(args: argparse.Namespace):
         engine, suite = args.engine or stored["engine"], args.suite or stored["suite"]
     else:
         model = resolve_model(args.model, locks_dir=Path("locks"), cache_dir=cache_dir)
-        engine = args.engine or ("transformers" if model.is_embedded else "exllamav3")
+        engine = args.engine or engine_for_checkpoint(model.path)  # the engine `python -m search_space` picks
         suite = args.suite or ("offline" if model.is_embedded else "broad")
-    if model.is_embedded and suite not in ("offline", "none"):
-        raise PlanError(f"the embedded default runs the offline suite; --suite {suite} needs a real model (--model) "
-                        "and, for AIME/LiveCodeBench, Docker")
     if model.is_embedded and engine != "transformers":
         raise PlanError("the embedded default model runs on the transformers (CPU) engine")
     trials = args.trials
@@ -162,9 +158,10 @@ def make_plan(args: argparse.Namespace):
     overrides = _suite_overrides(args, embedded=model.is_embedded)
     # The embedded default's random model answers nothing right: its task tier is a smoke check, and says so.
     # broad's 3-10 tasks per taskset cannot show that nothing was lost: its tier is a guard, and says what it sees.
-    gate_policy = _gate_policy(args, mode="smoke" if model.is_embedded else "guard" if suite == "broad" else "judge")
+    gate_policy = _gate_policy(args, mode="guard" if suite == "broad" else "smoke" if model.is_embedded else "judge")
     if suite != "none" and args.command == "run":
         _check_task_power(suite, overrides, gate_policy.tasks)
+        _check_suite_can_run(suite, overrides)
     workload = _workload(args, suite, overrides) if args.command == "run" else None
     draft_model = None
     if args.draft_model:
@@ -187,6 +184,31 @@ def make_plan(args: argparse.Namespace):
     )
 
 
+def _check_flags(args: argparse.Namespace) -> None:
+    """The usage mistakes that need neither the model nor the suite's data: refused at once."""
+    from eval.suites import SUITES
+    from search_space import parse_bytes
+    from search_space.errors import BudgetError
+
+    for flag, value, ok in (("--trials", args.trials, lambda v: v >= 1), ("--hours", args.hours, lambda v: v > 0),
+                            ("--port", args.port, lambda v: 0 <= v <= 65535)):
+        if value is not None and not ok(value):
+            raise PlanError(f"{flag} {value}: " + ("a TCP port is 1-65535 (default 0: a free one per launch)"
+                                                   if flag == "--port" else "must be > 0"))
+    if args.suite is not None and args.suite not in (*SUITES, "none"):
+        raise PlanError(f"unknown suite {args.suite!r}; suites: {', '.join((*SUITES, 'none'))}")
+    for flag, value in (("--vram", args.vram), ("--host-memory-limit", args.host_memory_limit)):
+        try:
+            _ = value and parse_bytes(value)
+        except BudgetError as exc:
+            raise PlanError(f"{flag} {value!r}: {exc}") from exc
+    _assignments(args.pin, "--pin")
+    for item in (*args.enqueue, *([args.baseline] if args.baseline else [])):
+        _assignments(item.split(","), "--enqueue" if item in args.enqueue else "--baseline")
+    for flag in ("bench_prefill", "bench_decode"):
+        _token_counts(args, flag)
+
+
 def _suite_overrides(args: argparse.Namespace, *, embedded: bool) -> dict:
     """The suite changes the flags ask for; the embedded default's tiny model gets a small, short suite."""
     overrides: dict = {}
@@ -194,6 +216,8 @@ def _suite_overrides(args: argparse.Namespace, *, embedded: bool) -> dict:
                       ("suite_concurrency", "max_concurrent")):
         if getattr(args, flag) is not None:
             overrides[key] = getattr(args, flag)
+    if args.suite_runtime:
+        overrides["runtime"] = args.suite_runtime
     if args.suite_tasksets:
         overrides["tasksets"] = tuple(name.strip() for name in args.suite_tasksets.split(",") if name.strip())
     if embedded:
@@ -259,6 +283,26 @@ def _check_task_power(suite_name: str, overrides: dict, policy) -> None:
         raise PlanError("the task tier cannot make the claim it is asked to: " + "; ".join(problems))
 
 
+def _check_suite_can_run(suite_name: str, overrides: dict) -> None:
+    """Refuse, before the baseline launches, a suite that cannot run here: one line per missing piece and its fix.
+
+    The pinned tasksets installed, their data present and verified, Docker answering and its image built.
+    """
+    from eval.errors import DataIntegrityError
+    from eval.locks import load_locks
+    from eval.preflight import missing_pieces
+    from eval.snapshots import EvalPaths
+
+    suite = _suite_spec(suite_name, overrides)
+    try:
+        missing = missing_pieces(suite, locks=load_locks(), paths=EvalPaths.default())
+    except DataIntegrityError as exc:
+        raise PlanError(str(exc)) from exc
+    if missing:
+        raise PlanError(f"suite {suite.name} cannot run here; nothing was launched:\n"
+                        + "\n".join(m.line for m in missing))
+
+
 def _workload(args: argparse.Namespace, suite_name: str, overrides: dict):
     """The bench workload decode is measured on (None: bench's corpus), as --bench-workload chooses."""
     from bench import BenchConfigError, Workload
@@ -287,12 +331,8 @@ def _bench_plan(engine: str, args: argparse.Namespace, workload=None):
     plan = default_bench_plan(engine, workload)
     changes = {}
     for flag, field in (("bench_prefill", "prefill_tokens"), ("bench_decode", "decode_context_tokens")):
-        value = getattr(args, flag)
-        if value is not None:
-            try:
-                changes[field] = tuple(int(x) for x in value.split(",") if x.strip())
-            except ValueError as exc:
-                raise PlanError(f"--{flag.replace('_', '-')} {value!r}: write token counts like 1024,8192") from exc
+        if getattr(args, flag) is not None:
+            changes[field] = _token_counts(args, flag)
     if args.bench_decode_tokens is not None:
         changes["decode_tokens"] = args.bench_decode_tokens
     if args.bench_decode_until is not None:
@@ -304,6 +344,14 @@ def _bench_plan(engine: str, args: argparse.Namespace, workload=None):
         return dataclasses.replace(plan, **changes)
     except ValueError as exc:  # BenchConfigError names the field
         raise PlanError(str(exc)) from exc
+
+
+def _token_counts(args: argparse.Namespace, flag: str) -> tuple[int, ...] | None:
+    value = getattr(args, flag)
+    try:
+        return None if value is None else tuple(int(x) for x in value.split(",") if x.strip())
+    except ValueError as exc:
+        raise PlanError(f"--{flag.replace('_', '-')} {value!r}: write token counts like 1024,8192") from exc
 
 
 def _assignments(items, flag: str) -> dict:
@@ -352,10 +400,13 @@ def _command(args: argparse.Namespace) -> int:
     from results import readable_storage
 
     shown = args.storage
-    if args.command != "run":  # reports and exports only read: a read-only copy of a database will do
-        args.storage = readable_storage(args.storage)
     try:
-        return _run_command(args, shown)
+        with contextlib.ExitStack() as stack:
+            if args.command != "run":  # reports and exports only read: a snapshot, never a new database
+                args.storage = stack.enter_context(readable_storage(args.storage))
+            return _run_command(args, shown)
+    except FileNotFoundError as exc:
+        raise StorageError(f"no database at {shown}: run the loop first, or pass --storage") from exc
     except sqlalchemy.exc.DatabaseError as exc:  # corrupt, not a database, locked, unreachable server
         raise StorageError(f"cannot use {shown}: {exc.orig if exc.orig is not None else exc}".splitlines()[0]) \
             from exc
@@ -403,8 +454,9 @@ def _run_command(args: argparse.Namespace, shown_storage: str) -> int:
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("interrupted: the study is saved; run the same command again to continue", file=sys.stderr)
-        return 1
+        print("interrupted: the study is saved; the same command continues it (the trial in flight runs again)",
+              file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -192,5 +192,6 @@ def wait_for_baseline(trial: optuna.Trial, *, store: EvalStore, db: ResultsDB, s
             if optuna.trial.TrialState.WAITING not in states:
                 study.enqueue_trial(baseline_params(), user_attrs={"role": "baseline"})
             study.enqueue_trial(trial.params, user_attrs={"role": "candidate", "deferred_from": trial.number})
+            log.info("trial %d deferred: the baseline runs first, then this configuration", trial.number)
             raise BaselineNotReady(f"trial {trial.number} deferred: the baseline must run first")
         time.sleep(2.0)  # another worker is measuring the baseline

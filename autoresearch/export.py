@@ -29,7 +29,7 @@ def _load(plan: RunPlan) -> optuna.Study:
     try:
         return optuna.load_study(study_name=plan.study_name, storage=plan.storage_url)
     except KeyError as exc:
-        raise StudyError(f"no study {plan.study_name!r} in {plan.storage_url}; run the loop first") from exc
+        raise StudyError(f"no study {plan.study_name!r} in {plan.storage_label}; run the loop first") from exc
 
 
 def _exported_config(study: optuna.Study, champion: dict, *, full: bool) -> tuple[ServingConfig, str, Minimization | None]:

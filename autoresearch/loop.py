@@ -12,22 +12,25 @@ import optuna
 
 from autoresearch.baseline import load_baseline
 from autoresearch.db import ResultsDB
-from autoresearch.errors import BaselineNotReady, BaselineUnmeasured, ConfirmedElsewhere
+from autoresearch.errors import BaselineNotReady, BaselineUnmeasured, ConfirmedElsewhere, PlanError
 from autoresearch.finalists import confirm_finalists, feasible_front
+from autoresearch.logs import log_to_file
 from autoresearch.night import announce, assumed_rates, forecast_for, study_rates
 from autoresearch.objectives import speedup_score
 from autoresearch.plan import RunPlan
+from autoresearch.preflight import preflight
 from autoresearch.progress import Progress
 from autoresearch.report import write_report
 from autoresearch.servers import reap_orphan_servers
-from autoresearch.study import open_study
+from autoresearch.study import check_enqueued, open_study
 from autoresearch.trial import TrialRunner
 from eval import EvalStore
 from eval.errors import EvalError
 from search_space import SpaceContext, build_space, read_model_info
+from search_space.errors import SpaceError
 from serving.errors import LaunchError
 
-__all__ = ["counted_trials", "run"]
+__all__ = ["best_line", "counted_trials", "run"]
 
 log = logging.getLogger(__name__)
 _COUNTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -37,16 +40,19 @@ def counted_trials(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=_COUNTED))
 
 
-def _best_line(study: optuna.Study) -> str:
+def best_line(study: optuna.Study) -> str:
     trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     baseline = next((t for t in trials if t.user_attrs.get("role") == "baseline"), None)
     if baseline is None:
         return "baseline not measured yet"
     front = [t for t in feasible_front(study) if t.user_attrs.get("role") != "baseline"]
+    line = f"baseline (decode {baseline.values[0]:.1f}, prefill {baseline.values[1]:.0f} tok/s)"
     if not front:
-        return f"baseline (decode {baseline.values[0]:.1f}, prefill {baseline.values[1]:.0f} tok/s)"
+        return line
     best = max(front, key=lambda t: speedup_score(tuple(t.values), tuple(baseline.values)))
     score = speedup_score(tuple(best.values), tuple(baseline.values))
+    if score <= 1.0:  # on the front by one objective, slower overall: the baseline is still the best
+        return f"{line}; no candidate faster yet (closest: trial {best.number} at {score:.3f}x)"
     return f"trial {best.number}: decode {best.values[0]:.1f}, prefill {best.values[1]:.0f} tok/s ({score:.3f}x)"
 
 
@@ -69,15 +75,25 @@ def _task_judge(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalSt
 
 
 def run(plan: RunPlan) -> int:
+    draft = read_model_info(plan.draft_model.path) if plan.draft_model is not None else None
+    try:
+        space = build_space(SpaceContext(engine=plan.engine, model=read_model_info(plan.model.path),
+                                         draft_model=draft), pinned=plan.pinned)
+    except SpaceError as exc:  # a --pin mistake: a usage error, found before anything is created
+        raise PlanError(f"--pin: {exc}") from exc
+    check_enqueued(plan, space)
+    preflight(plan)
     plan.study_dir.mkdir(parents=True, exist_ok=True)
+    with log_to_file(plan.study_dir / "loop.log"):
+        return _run(plan, space)
+
+
+def _run(plan: RunPlan, space) -> int:
     db = ResultsDB(plan.storage_url)  # first: creates the file and switches SQLite to WAL
     store = EvalStore(plan.storage_url)
     stopped = reap_orphan_servers(plan.study_dir / "servers")
     if stopped:
         log.warning("stopped %d server(s) left running by a killed loop", stopped)
-    draft = read_model_info(plan.draft_model.path) if plan.draft_model is not None else None
-    space = build_space(SpaceContext(engine=plan.engine, model=read_model_info(plan.model.path), draft_model=draft),
-                        pinned=plan.pinned)
     study = open_study(plan, space)
     log.info("study %s in %s: %d trials so far; search space of %s configurations", plan.study_name,
              plan.storage_url, len(study.trials), space.size())
@@ -100,7 +116,7 @@ def run(plan: RunPlan) -> int:
               measured=bool(counted_trials(study)))
 
         def after_trial(study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
-            progress.trial_finished(counted_trials(study), _best_line(study))
+            progress.trial_finished(counted_trials(study), best_line(study))
             if _trial.user_attrs.get("role") == "baseline" and _trial.state == optuna.trial.TrialState.COMPLETE:
                 night("night plan once the baseline measured its rates", measured=True)
             write_report(plan, study, db, store)
@@ -109,6 +125,10 @@ def run(plan: RunPlan) -> int:
         if plan.trials is not None:
             callbacks.insert(0, optuna.study.MaxTrialsCallback(plan.trials, states=_COUNTED))
         remaining = None if plan.trials is None else plan.trials - counted_trials(study)
+        if remaining is not None and remaining <= 0:
+            log.info("study %s is finished: it has %d trials (--trials %d); to extend it, run the same command "
+                     "with --trials N, N > %d", plan.study_name, counted_trials(study), plan.trials,
+                     counted_trials(study))
         if remaining is None or remaining > 0:
             try:
                 study.optimize(runner, n_trials=None, timeout=plan.hours * 3600 if plan.hours else None,

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from autoresearch.errors import AutoresearchError
 from bench.stats import DifferenceRule, compare_one
 from search_space.catalog import EXL3_KNOBS
 from serving.config import ServingConfig
@@ -37,7 +38,7 @@ _UNSET = "(exllamav3 default)"
 _RULE = DifferenceRule()  # bench's own  # an EXL3_* variable the config leaves to exllamav3
 
 
-class MinimizeError(Exception):
+class MinimizeError(AutoresearchError):
     """The champion could not be measured in a round: nothing can be compared against it."""
 
 

@@ -91,7 +91,7 @@ class RunPlan:
     vram_bytes: int | None = None  # the budget; None: no memory check (CPU engine)
     emulate_vram: bool = False  # also cap the server's GPU memory at vram_bytes (a 3090 on a bigger GPU)
     host_memory_limit_bytes: int | None = None  # cap each server's data segment: emulate a smaller CPU machine
-    port: int = 18020
+    port: int = 0  # 0: a free port per launch; else pinned (--port N)
     seed: int = 0
     bench_plan: BenchPlan = field(default_factory=lambda: default_bench_plan("exllamav3"))
     workload: Workload | None = None  # the tasks decode is measured on (bench_plan.workload summarises it)
@@ -120,6 +120,8 @@ class RunPlan:
     def __post_init__(self) -> None:
         if self.trials is not None and self.trials < 1:
             raise PlanError(f"--trials must be >= 1, got {self.trials}")
+        if not 0 <= self.port <= 65535:
+            raise PlanError(f"--port {self.port}: a TCP port is 1-65535 (0, the default: a free one per launch)")
         if self.hours is not None and self.hours <= 0:
             raise PlanError(f"--hours must be > 0, got {self.hours}")
         if self.trials is None and self.hours is None:

@@ -78,19 +78,21 @@ def serve(*, model_dir: Path, config: ServingConfig, log_path: Path, pid_dir: Pa
           host_memory_limit_bytes: int | None = None) -> Iterator[ServerProcess]:
     """Launch, record the pid file, yield the running server, stop it and remove the pid file.
 
-    A port that is taken says nothing about the configuration: the launch is retried (a server that
-    is still stopping lets go of it), and if the port stays taken, PortUnavailable stops the loop
-    rather than failing a configuration that never ran.
+    `port` 0 (the default) takes a free port per launch; a port taken between its pick and the
+    server's bind is replaced at once. A pinned port (`--port N`) that is taken says nothing about
+    the configuration: the launch is retried (a server that is still stopping lets go of it), and if
+    the port stays taken, PortUnavailable stops the loop rather than failing a configuration that
+    never ran.
     """
     pid_dir.mkdir(parents=True, exist_ok=True)
     for attempt in range(1, PORT_ATTEMPTS + 1):
         spec = LaunchSpec(model_dir=model_dir, config=config, log_path=log_path, port=port or free_port(),
-                          vram_limit_bytes=vram_limit_bytes, host_memory_limit_bytes=host_memory_limit_bytes,
+                          pinned=bool(port), vram_limit_bytes=vram_limit_bytes, host_memory_limit_bytes=host_memory_limit_bytes,
                           startup_timeout_s=startup_timeout_s)
         try:
             server = start(spec)
         except PortInUse as exc:
-            _wait_for_port(spec.port, attempt, exc)
+            _wait_for_port(spec, attempt, exc)
             continue
         pid_file = pid_dir / f"{server.pid}.pid"
         pid_file.write_text(f"{server.pid} {os.getpid()}\n")  # before waiting: a kill during load is covered
@@ -99,7 +101,7 @@ def serve(*, model_dir: Path, config: ServingConfig, log_path: Path, pid_dir: Pa
                 server.wait_ready()
             except PortInUse as exc:  # taken between the check and the server's bind
                 server.stop()
-                _wait_for_port(spec.port, attempt, exc)
+                _wait_for_port(spec, attempt, exc)
                 continue
             yield server
             return
@@ -109,9 +111,17 @@ def serve(*, model_dir: Path, config: ServingConfig, log_path: Path, pid_dir: Pa
     raise AssertionError("unreachable")
 
 
-def _wait_for_port(port: int, attempt: int, exc: PortInUse) -> None:
+def _wait_for_port(spec: LaunchSpec, attempt: int, exc: PortInUse) -> None:
+    port = spec.port
     if attempt == PORT_ATTEMPTS:
+        if not spec.pinned:
+            raise PortUnavailable(f"{PORT_ATTEMPTS} free ports in a row were taken before the server could bind "
+                                  f"them (last: {port}: {exc}); something on this host takes ports as fast as "
+                                  "they are freed")
         raise PortUnavailable(f"port {port} stayed in use by another process over {PORT_ATTEMPTS} launch attempts "
-                              f"({exc}); stop whatever listens there, or pass --port 0 for a free port per launch")
+                              f"({exc}); stop whatever listens there, or leave out --port for a free port per launch")
+    if not spec.pinned:
+        log.info("free port %d was taken before the server bound it; launching on another", port)
+        return
     log.warning("port %d is in use (%s); launching again in %.0f s", port, exc, PORT_RETRY_S * attempt)
     time.sleep(PORT_RETRY_S * attempt)

@@ -72,10 +72,13 @@ OK, VIOLATED = -1.0, 1.0
 
 @dataclass
 class _Record:
-    """What a trial learned; written to user_attrs and constraints on every exit path."""
+    """What a trial learned; written to user_attrs and constraints on every exit path.
+
+    Only what was measured is recorded: a duplicate records no constraint, a trial stopped at the
+    fidelity gate none for the tasks it never ran (`study.feasible` wants every one, satisfied)."""
 
     trial: optuna.Trial
-    constraints: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CONSTRAINTS, VIOLATED))
+    constraints: dict[str, float] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
     stage_s: dict[str, float] = field(default_factory=dict)  # seconds per stage: the night plan's measured rates
     _current: tuple[str, float] | None = None
@@ -125,6 +128,13 @@ class TrialRunner:
     # ---- the objective ----
 
     def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
+        try:
+            return self._run(trial)
+        except KeyboardInterrupt:  # Ctrl-C: the loop's next run retries this trial (study.retry_interrupted)
+            trial.set_user_attr("interrupted_in", trial.number)
+            raise
+
+    def _run(self, trial: optuna.Trial) -> tuple[float, float]:
         config = sample_config(trial, self.space)
         role = trial.user_attrs.get("role", "candidate")
         trial.set_user_attr("role", role)
@@ -257,9 +267,8 @@ class TrialRunner:
         else:
             for reason in decision.reasons:
                 record.reasons.append(reason)
-            if decision.failed_stage == "fidelity":
-                record.constraints["fidelity"] = VIOLATED
-            record.constraints["tasks"] = VIOLATED
+            # the stage that failed; the tasks never ran where fidelity failed
+            record.constraints["fidelity" if decision.failed_stage == "fidelity" else "tasks"] = VIOLATED
             record.close(f"gate_failed_{decision.failed_stage}")
         return decode, prefill
 

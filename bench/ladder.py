@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import platform
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -46,6 +47,7 @@ from openai_client import Client, Endpoint, ProtocolError, ServerRejected, Serve
 __all__ = ["mark_stalls", "run_bench", "validate_run"]  # the last two live in bench.validity
 
 log = logging.getLogger(__name__)
+LOAD_WAIT_S = 900.0  # a 27B loads in minutes; the launcher's own start-up limit is the same
 
 _PROBE_TOKENS = 8  # completion length of the capability probe
 _SMALL_PROBE_CHARS = 200
@@ -68,6 +70,7 @@ def run_bench(plan: BenchPlan, endpoint: Endpoint, *, workload: Workload | None 
     monitor = GpuMonitor.open(plan.gpu_index)
     try:
         with Client(endpoint, timeout_s=plan.request_timeout_s) as client:
+            wait_until_loaded(client)
             session = _Session(plan, client, PromptSource(plan.salt, workload=workload), monitor)
             session.set_up()
             prefill = tuple(session.measure_prefill(t) for t in plan.prefill_tokens)
@@ -88,6 +91,26 @@ def run_bench(plan: BenchPlan, endpoint: Endpoint, *, workload: Workload | None 
         prefill=prefill,
         decode=decode,
     )
+
+
+def wait_until_loaded(client: Client, *, timeout_s: float = LOAD_WAIT_S, poll_s: float = 0.5) -> None:
+    """Wait while /health answers 503 "loading" (a server started moments ago), instead of failing the first
+    request with 503. A server without /health counts as loaded; one whose /health says it failed raises.
+
+    Raises:
+        ServerRejected: /health refused for another reason, or still loading after `timeout_s`.
+        ServerUnreachable.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            client.get_json("/health", missing_ok=True)
+            return
+        except ServerRejected as exc:
+            if exc.status != 503 or "loading" not in exc.detail or time.monotonic() >= deadline:
+                raise
+        log.info("the server is still loading its model; bench waits for /health")
+        time.sleep(poll_s)
 
 
 def _check_workload(plan: BenchPlan, workload: Workload | None) -> None:

@@ -1,7 +1,7 @@
 """Does this machine reproduce a published speed table? Up to one factor per metric family, within noise.
 
-Two machines of the same GPU model differ (power cap, clocks, driver, neighbours): three H200s here
-decoded 5-9% apart. So a table is reproduced when one factor per family (decode, prefill) scales
+Two machines of the same GPU model differ by several percent (power cap, clocks, driver,
+neighbours). So a table is reproduced when one factor per family (decode, prefill) scales
 every published row onto the measured ones, each row within its noise, and that factor lies within
 the table's stated machine-to-machine bounds. The factor says "this machine is x% slower"; the
 per-row check says "the differences between configurations are the published ones".

@@ -1,8 +1,8 @@
 """A workload: the tasks a user's server will answer, by kind, with the share of each, as data.
 
-Drafting gains depend on the text: n-gram drafting decoded 1.3x faster on math text and up to 3x on
-code on the same server. Decode measured on a corpus of one kind ranks drafting configurations by a
-text the user never sends. A workload carries the user's own tasks instead (eval builds one from a
+Drafting gains depend on the text (n-gram drafting gains far more on code than on math, on the same
+server). Decode measured on a corpus of one kind ranks drafting configurations by a
+text the user never sends. A workload carries the user's own tasks instead (autoresearch builds one from a
 task suite: `python -m autoresearch workload --suite offline`), so bench's decode points are the suite's
 kinds, each prompt is a real task of that kind behind its own system prompt and request fields (the
 chat template's thinking switch), and the decode objective weights the kinds as the suite does.

@@ -3,6 +3,7 @@
 Usage:
     python -m eval setup [--check]                        # pinned prime-environments -> installed tasksets
     python -m eval data NAME|all [--check]                # download + verify a pinned Hub dataset
+    python -m eval image [--no-build]                     # the Prime suites' runtime image (Docker)
     python -m eval run --suite NAME --dry-run             # validate a suite's configuration, no model
     python -m eval run --suite offline --url URL [--limit N --max-tokens N] [--db URL] [--paired-with ID]
     python -m eval fidelity capture --url URL --db URL --manifest-hash H
@@ -102,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--harness", help="verifiers harness id (offline default: eval-chat; Prime suites: null)"
     )
-    run.add_argument("--runtime-image", help="docker image for the Prime suites' runtime")
+    run.add_argument("--runtime-image", help="docker image for the Prime suites' runtime (default: the project's, "
+                     "`python -m eval image`)")
+    run.add_argument("--runtime", choices=("docker", "subprocess"), help="where the harness runs (default: the suite's)")
     run.add_argument("--taskset", action="append", default=[], help="run only this taskset (repeatable)")
     run.add_argument("--db", help="results.db URL to store the run in, e.g. sqlite:///results.db")
     run.add_argument("--label", default="", help="what was measured (e.g. the serving config digest)")
@@ -113,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--manifest-hash", help="model manifest hash recorded with the run")
     run.add_argument("--output", type=Path, help="dry-run: write each resolved EvalConfig JSON here")
     _add_common(run)
+
+    image = sub.add_parser("image", help="write the runtime image's build context and build it with Docker")
+    image.add_argument("--context", type=Path, help="where to write the context (default: CACHE/runtime-image)")
+    image.add_argument("--no-build", action="store_true", help="write the context and print the build command")
+    _add_common(image)
 
     fid = sub.add_parser("fidelity", help="fidelity against the baseline's reference")
     fsub = fid.add_subparsers(dest="fidelity_command", required=True)
@@ -196,6 +204,23 @@ def cmd_setup(args) -> int:
     return 0
 
 
+def cmd_image(args) -> int:
+    import shlex
+    import subprocess
+
+    from eval.runtime_image import build_command, image_id, image_tag, write_context
+
+    context = write_context(args.context or _paths(args).cache_dir / "runtime-image")
+    command = build_command(context)
+    print(f"build: {shlex.join(command)}")
+    if args.no_build:
+        return 0
+    if subprocess.run(command).returncode != 0:
+        raise EvalError(f"docker build failed; the context is in {context}")
+    print(f"image: {image_tag()} {image_id(image_tag())}")
+    return 0
+
+
 def cmd_data(args) -> int:
     from eval.snapshots import check_dataset, download_dataset
 
@@ -225,6 +250,7 @@ def cmd_run(args) -> int:
         max_tokens=args.max_tokens,
         harness=args.harness,
         runtime_image=args.runtime_image,
+        runtime=args.runtime,
         tasksets=tuple(args.taskset),
         max_concurrent=args.concurrency,
     )
@@ -361,7 +387,8 @@ def cmd_gate(args) -> int:
     return 0 if record.decision.passed else 1
 
 
-COMMANDS = {"setup": cmd_setup, "data": cmd_data, "run": cmd_run, "fidelity": cmd_fidelity, "gate": cmd_gate}
+COMMANDS = {"setup": cmd_setup, "data": cmd_data, "image": cmd_image, "run": cmd_run, "fidelity": cmd_fidelity,
+            "gate": cmd_gate}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

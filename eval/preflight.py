@@ -1,8 +1,8 @@
 """Before a suite runs: is everything it needs here, and would verifiers accept its configs?
 
 `preflight` checks that every taskset package is importable, every pinned dataset is cached and
-verified, and the runtime is usable, and fails with one message that names everything missing and
-the command that fixes it. `dry_run` validates each taskset's EvalConfig with verifiers' own schema
+verified, Docker answers and the runtime image is built, and fails with one line per missing piece,
+each naming it and the command that fixes it. `dry_run` validates each taskset's EvalConfig with verifiers' own schema
 without a model or a server. verifiers is imported only by `dry_run` (importing eval stays cheap).
 
 Usage:
@@ -17,7 +17,7 @@ import importlib.util
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from eval.errors import (
     DataIntegrityError,
@@ -29,11 +29,12 @@ from eval.errors import (
 from eval.locks import Locks
 from eval.plugins import PLUGIN_MODULES
 from eval.run_config import build_launch
+from eval.runtime_image import image_id
 from eval.snapshots import EvalPaths, check_dataset
 from eval.suites import SuiteSpec
 from openai_client import Endpoint
 
-__all__ = ["DryRunEntry", "dry_run", "is_installed", "preflight"]
+__all__ = ["DryRunEntry", "Missing", "dry_run", "is_installed", "missing_pieces", "preflight"]
 
 
 def is_installed(plugin_id: str, kind: str = "tasksets") -> bool:
@@ -62,48 +63,65 @@ def _docker_problem() -> str | None:
     return None
 
 
-def preflight(suite: SuiteSpec, *, locks: Locks, paths: EvalPaths, check_runtime: bool = True) -> None:
-    """Fail before any model call when something the suite needs is missing.
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Missing:
+    """One piece a suite needs that is not here: what, and the command that fixes it (one line)."""
 
-    Raises:
-        MissingEnvironment: taskset packages are not installed (`python -m eval setup`).
-        MissingDataset / DataIntegrityError: pinned data is missing or altered (`python -m eval data`).
-        RuntimeUnavailable: the suite needs Docker and no engine answers.
-    """
-    missing_envs = sorted({t.taskset_id for t in suite.tasksets if not is_installed(t.taskset_id)})
+    kind: Literal["environment", "dataset", "runtime"]
+    name: str
+    line: str
+
+
+def missing_pieces(suite: SuiteSpec, *, locks: Locks, paths: EvalPaths, check_runtime: bool = True) -> list[Missing]:
+    """Everything `suite` needs that is not here, in the order to fix it; empty when it can run."""
+    missing: list[Missing] = []
+    for taskset_id in sorted({t.taskset_id for t in suite.tasksets if not is_installed(t.taskset_id)}):
+        fix = ("`python -m eval setup` (needs GitHub)" if taskset_id in locks.environments
+               else "nothing: it has no entry in locks/prime-environments.toml")
+        missing.append(Missing(kind="environment", name=taskset_id,
+                               line=f"taskset {taskset_id} is not installed; fix: {fix}"))
     if not is_installed(suite.harness, "harnesses"):
-        missing_envs.append(f"harness {suite.harness}")
-    missing_data: list[str] = []
-    for spec in suite.tasksets:
-        if spec.dataset is None:
-            continue
+        missing.append(Missing(kind="environment", name=f"harness {suite.harness}",
+                               line=f"harness {suite.harness} is not installed; fix: `python -m eval setup`"))
+    for name in sorted({t.dataset for t in suite.tasksets if t.dataset is not None}):
         try:
-            check_dataset(paths, locks.datasets[spec.dataset])
+            check_dataset(paths, locks.datasets[name])
         except MissingDataset:
-            missing_data.append(spec.dataset)
-    missing_data = sorted(set(missing_data))
-    parts = []
-    if missing_envs:
-        hint = "run `python -m eval setup` (needs GitHub) to install them from the pinned prime-environments commit"
-        unpinned = [n for n in missing_envs if n not in locks.environments]
-        if unpinned:
-            hint += f"; {unpinned} have no entry in locks/prime-environments.toml"
-        parts.append(f"taskset environment(s) not installed: {', '.join(missing_envs)}; {hint}")
-    if missing_data:
-        parts.append(
-            f"pinned dataset(s) not in {paths.hub_dir}: {', '.join(missing_data)}; run "
-            + " && ".join(f"`python -m eval data {n}`" for n in missing_data)
-            + " on a host that can reach the Hub (runs are offline and never download)"
-        )
-    if missing_envs:
-        raise MissingEnvironment(f"suite {suite.name}: " + ". ".join(parts), names=tuple(missing_envs))
-    if missing_data:
-        raise MissingDataset(f"suite {suite.name}: " + ". ".join(parts), names=tuple(missing_data))
-    if check_runtime and suite.runtime.type == "docker" and (problem := _docker_problem()):
-        raise RuntimeUnavailable(
-            f"suite {suite.name} runs its tasksets in the local Docker runtime, but Docker is not usable: "
-            f"{problem}. Start the Docker engine (or run the `offline` suite, which needs none)"
-        )
+            missing.append(Missing(kind="dataset", name=name, line=(
+                f"dataset {name} is not in {paths.hub_dir}; fix: `python -m eval data {name}` (needs the Hub; "
+                "runs are offline and never download)")))
+    if check_runtime and suite.runtime.type == "docker":
+        if problem := _docker_problem():
+            missing.append(Missing(kind="runtime", name="docker", line=(
+                f"Docker is not usable ({problem}); fix: start the Docker engine (the Prime tasksets' network "
+                "policies need a container runtime), or run the `offline` suite, which needs none")))
+        elif image_id(image := suite.runtime.resolved_image) is None:
+            fix = "`python -m eval image`" if suite.runtime.image is None else f"`docker pull {image}`"
+            missing.append(Missing(kind="runtime", name=image,
+                                   line=f"runtime image {image} is not in the local Docker engine; fix: {fix}"))
+    return missing
+
+
+_ERRORS = {"environment": MissingEnvironment, "dataset": MissingDataset, "runtime": RuntimeUnavailable}
+
+
+def preflight(suite: SuiteSpec, *, locks: Locks, paths: EvalPaths, check_runtime: bool = True) -> None:
+    """Fail before any model call when something the suite needs is missing: one line per missing piece.
+
+    Raises (the kind of the first missing piece; the message names every one):
+        MissingEnvironment: taskset packages are not installed (`python -m eval setup`).
+        MissingDataset: pinned data is missing (`python -m eval data NAME`).
+        DataIntegrityError: pinned data is altered.
+        RuntimeUnavailable: the suite needs Docker and no engine answers, or its image is not built.
+    """
+    missing = missing_pieces(suite, locks=locks, paths=paths, check_runtime=check_runtime)
+    if missing:
+        first = missing[0].kind
+        error = _ERRORS[first]
+        message = f"suite {suite.name} cannot run here:\n" + "\n".join(m.line for m in missing)
+        if error is RuntimeUnavailable:
+            raise error(message)
+        raise error(message, names=tuple(m.name for m in missing if m.kind == first))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

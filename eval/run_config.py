@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ def _eval_config(
     runtime: dict[str, Any] = {"type": suite.runtime.type}
     if suite.runtime.type == "docker":
         runtime.update(
-            image=suite.runtime.image,
+            image=suite.runtime.resolved_image,
             cpu=suite.runtime.cpu,
             memory=suite.runtime.memory_gb,
             allow=list(suite.runtime.allow),
@@ -155,6 +156,8 @@ def build_launch(
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "HF_DATASETS_CACHE": str(work / ".dataset-cache"),  # fresh derived Arrow cache per run
         API_KEY_VAR: endpoint.api_key or "EMPTY",
+        # The stock `null` harness needs uv: the eval extra installs it beside this interpreter.
+        "PATH": os.pathsep.join(p for p in (str(Path(sys.executable).parent), os.environ.get("PATH")) if p),
         # The worker may run from a data directory: keep this checkout importable.
         "PYTHONPATH": os.pathsep.join(
             p for p in (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p

@@ -32,6 +32,7 @@ from eval.locks import Locks, load_locks
 from eval.preflight import DryRunEntry, dry_run, is_installed, preflight
 from eval.records import EpisodeOutcome, SuiteResult, TasksetResult
 from eval.run_config import TasksetLaunch, build_launch
+from eval.runtime_image import image_id
 from eval.snapshots import EvalPaths
 from eval.store import EvalStore
 from eval.suites import SuiteOverrides, SuiteSpec, TasksetSpec
@@ -206,17 +207,6 @@ def answer_taskset(suite: SuiteSpec, spec: TasksetSpec, endpoint: Endpoint, *, r
     return result, not fired
 
 
-def _image_digest(image: str) -> str | None:
-    """The digest the local Docker engine resolved `image` to (a floating tag moves; this does not)."""
-    try:
-        probe = subprocess.run(["docker", "image", "inspect", "--format", "{{json .RepoDigests}}", image],
-                               capture_output=True, text=True, timeout=30)
-    except (FileNotFoundError, subprocess.TimeoutExpired):
-        return None
-    digests = json.loads(probe.stdout or "null") if probe.returncode == 0 else None
-    return digests[0] if digests else None
-
-
 def _server_facts(endpoint: Endpoint) -> tuple[Endpoint, dict[str, Any] | None]:
     """The endpoint with its model named (the one /v1/models lists first, where not given), and its
     /v1/server_info (None for a peer without it); this is also the check that the server is up.
@@ -254,8 +244,7 @@ def _provenance(suite: SuiteSpec, locks: Locks, server: dict[str, Any] | None,
         "server_info": server,
         "overrides": overrides.as_dict(),
         "runtime": {"type": suite.runtime.type, "max_concurrent": suite.max_concurrent}
-        | ({"image": suite.runtime.image, "image_digest": _image_digest(suite.runtime.image),
-            "network": "needed: verifiers installs uv and the harness's dependencies unpinned at setup"}
+        | ({"image": suite.runtime.resolved_image, "image_id": image_id(suite.runtime.resolved_image)}
            if suite.runtime.type == "docker" else {}),
     }
 

@@ -4,7 +4,9 @@ The checkout lives in the project's cache (`.cache/eval/sources/prime-environmen
 at exactly the locked commit (never a branch), and is refused rather than reset when it sits at
 another commit or has local changes. Each environment is installed from its path into the current
 interpreter with `pip install --no-deps` (the eval extra already provides verifiers and datasets;
-an environment must not replace the pinned verifiers), after checking its declared version.
+an environment must not replace the pinned verifiers), after checking its declared version and Python;
+then its other declared dependencies are installed under a constraint that keeps verifiers pinned, and
+verifiers' own loader must accept it (eval.environment_checks).
 
 Usage:
     checkout = ensure_checkout(locks, paths)      # needs GitHub on first use
@@ -20,6 +22,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+from eval.environment_checks import loading_problem, python_problem, unmet_requirements
 from eval.errors import LockError, SourceUnavailable
 from eval.locks import EnvironmentPin, Locks
 from eval.snapshots import EvalPaths
@@ -137,16 +140,25 @@ def install_environments(locks: Locks, checkout: Path, names: list[str] | None =
     if unknown:
         raise LockError(f"no environment pin for {unknown}; pinned: {sorted(locks.environments)}")
     problems = [p for n in names for p in environment_problems(locks.environments[n], checkout)]
+    problems += [p for n in names if (p := python_problem(n, checkout / locks.environments[n].path))]
     if problems:
         raise LockError("the checkout does not match locks/prime-environments.toml: " + "; ".join(problems))
     for name in names:
         project = checkout / locks.environments[name].path
         log.info("installing %s from %s", name, project)
-        result = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--no-deps", "-q", str(project)],
-            capture_output=True,
-            text=True,
-        )
-        if result.returncode != 0:
-            raise SourceUnavailable(f"pip install of {name} from {project} failed:\n{result.stderr[-1500:]}")
+        _pip(["--no-deps", str(project)], f"pip install of {name} from {project}")
+        if unmet := unmet_requirements(locks.environments[name].package):
+            # Its own dependencies, never a different verifiers: the pinned one constrains the resolver.
+            log.info("installing %s's declared dependencies: %s", name, unmet)
+            constraint = Path(checkout).parent / "verifiers-constraint.txt"
+            constraint.write_text(f"verifiers=={locks.verifiers_version}\n")
+            _pip(["-c", str(constraint), *unmet], f"installing {name}'s dependencies {unmet}")
+    if problems := [p for n in names if (p := loading_problem(n))]:
+        raise LockError("installed, but verifiers 0.4.0's loading rules refuse: " + "; ".join(problems))
     return names
+
+
+def _pip(args: list[str], what: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SourceUnavailable(f"{what} failed:\n{result.stderr[-1500:]}")

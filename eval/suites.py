@@ -5,7 +5,7 @@ penalties), thinking on, at most 32768 output tokens per call unless a taskset l
 turn with no tools, never pushing. Concurrency is fixed per suite (1 for the Prime suites), the same
 for the baseline and every candidate. Task selection is verifiers' own
 (`select`: its fixed-seed shuffle, seed 0, then the first N); there is no local sampler. The Prime
-suites run the stock `null` harness in the local Docker runtime; the `offline` suite runs the
+suites run the stock `null` harness in the local Docker runtime (the project's image); the `offline` suite runs the
 project's own package-data tasksets in the subprocess runtime (no Hub, no Docker).
 
 Usage:
@@ -55,17 +55,24 @@ class SamplingSpec:
 class RuntimeSpec:
     """Where the harness runs.
 
-    The Docker runtime needs the network: `image` is a floating tag unless the user pins a digest
-    (`--runtime-image python:3.11-slim@sha256:...`), and verifiers installs uv and the stock harness's
-    dependencies into the container unpinned at setup. The image actually used is recorded with each
-    run (eval.runner). The subprocess runtime needs neither.
+    Docker (the Prime suites): the project's runtime image (eval/runtime/Dockerfile, `python -m eval
+    image`) unless `image` names another; it resolves nothing at run time, and the image id used is
+    recorded with each run (eval.runner). The Prime tasksets declare network policies, which only a
+    container runtime enforces. Subprocess: on the host, no image (verifiers refuses a taskset that
+    declares a network policy there; the offline suite and stand-ins declare none).
     """
 
     type: Literal["docker", "subprocess"] = "docker"
-    image: str = "docker.io/library/python:3.11-slim"  # docker only
+    image: str | None = None  # docker only; None: the project's runtime image (eval.runtime_image.image_tag)
     cpu: float = 2.0
     memory_gb: float = 4.0
     allow: tuple[str, ...] = ()  # docker egress allow-list: framework-only network
+
+    @property
+    def resolved_image(self) -> str:
+        from eval.runtime_image import image_tag
+
+        return self.image or image_tag()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -261,6 +268,7 @@ class SuiteOverrides:
     max_tokens: int | None = None  # per call, every taskset
     harness: str | None = None
     runtime_image: str | None = None
+    runtime: Literal["docker", "subprocess"] | None = None  # where the harness runs (--suite-runtime)
     tasksets: tuple[str, ...] = ()  # run only these (by name)
     max_concurrent: int | None = None  # requests in flight (a bigger GPU batches more); same for every run
 
@@ -287,6 +295,10 @@ def apply_overrides(suite: SuiteSpec, overrides: SuiteOverrides) -> SuiteSpec:
         changes["max_tokens"] = overrides.max_tokens
     tasksets = tuple(dataclasses.replace(t, **changes) for t in tasksets)
     runtime = suite.runtime
+    if overrides.runtime is not None:
+        if overrides.runtime not in ("docker", "subprocess"):
+            raise EvalConfigError(f"runtime must be docker or subprocess, got {overrides.runtime!r}")
+        runtime = dataclasses.replace(runtime, type=overrides.runtime)
     if overrides.runtime_image is not None:
         if runtime.type != "docker":
             raise EvalConfigError(

@@ -30,7 +30,6 @@ __all__ = [
     "SpaceContext",
     "TransformersArg",
     "When",
-    "all_of",
     "knob_is",
     "on_context",
 ]
@@ -100,14 +99,6 @@ def knob_is(name: str, *allowed: Any) -> When:
         f"{name} is {text}",
         lambda _ctx, values: any(type(values[name]) is type(v) and values[name] == v for v in allowed),
         frozenset({name}),
-    )
-
-
-def all_of(*conditions: When) -> When:
-    return When(
-        " and ".join(c.description for c in conditions),
-        lambda ctx, values: all(c.holds(ctx, values) for c in conditions),
-        frozenset().union(*(c.depends_on for c in conditions)),
     )
 
 

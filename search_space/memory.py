@@ -10,10 +10,9 @@ the largest layer's transients for one chunk (or the draft model's, where larger
 `torch.cuda.max_memory_allocated` reports); the CUDA context is the budget's reserve, and
 `Calibration` corrects the rest from measured peaks.
 
-What it leaves out, measured allocation by allocation on the shape-true 27B (.ci/gpu/memory_probe.py,
-H200, 2026-12-01): the per-shape scratch the decode paths keep after warm-up (exllamav3's
-g_tensor_cache: about 0.1 GiB there), which the workspace's own over-estimate (about 0.09 GiB at
-chunk 2048) roughly offsets at peak.
+What it leaves out (found allocation by allocation with .ci/gpu/memory_probe.py): the per-shape
+scratch the decode paths keep after warm-up (exllamav3's g_tensor_cache), which the workspace's own
+over-estimate roughly offsets at peak.
 
 Usage:
     memory = MemoryModel(read_model_info(model_dir))

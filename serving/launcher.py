@@ -17,8 +17,10 @@ Usage:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -64,7 +66,8 @@ class LaunchSpec:
     config: ServingConfig
     log_path: Path
     host: str = "127.0.0.1"
-    port: int = 18020
+    port: int = 18020  # 0: a free one, picked at start
+    pinned: bool = True  # the user chose this port; False: any free one would do (the caller picked it)
     api_key_file: Path | None = None
     vram_limit_bytes: int | None = None  # emulate a smaller GPU (24 GiB: an RTX 3090)
     host_memory_limit_bytes: int | None = None  # RLIMIT_DATA of the server: emulate a smaller machine
@@ -116,7 +119,8 @@ class ServerProcess:
                         return
                 time.sleep(0.25)
         raise StartupTimeout(
-            f"server did not become healthy within {self.spec.startup_timeout_s:.0f} s", log_tail=self.log_tail()
+            f"server did not become healthy within {self.spec.startup_timeout_s:.0f} s"
+            f"{_cause_and_log(self.log_tail(), self.spec.log_path)}", log_tail=self.log_tail()
         )
 
     def failure(self) -> LaunchError | None:
@@ -124,7 +128,7 @@ class ServerProcess:
         code = self.process.poll()
         if code is None:
             return None
-        return classify_failure(self.log_tail(), code, during_load=not self.ready)
+        return classify_failure(self.log_tail(), code, during_load=not self.ready, log_path=self.spec.log_path)
 
     def check(self) -> LaunchError | None:
         """Like `failure()`, but also reports a living server whose engine died or ran out of memory."""
@@ -177,10 +181,15 @@ def launch(spec: LaunchSpec) -> ServerProcess:
 
 
 def start(spec: LaunchSpec) -> ServerProcess:
-    """Spawn the server without waiting for it (call `wait_ready`); raises PortInUse before spawning."""
+    """Spawn the server without waiting for it (call `wait_ready`); raises PortInUse before spawning.
+
+    Port 0 takes a free port (the returned server's `spec` and `url` name it)."""
+    if spec.port == 0:
+        spec = dataclasses.replace(spec, port=free_port(spec.host), pinned=False)
     if not port_is_free(spec.host, spec.port):
-        raise PortInUse(f"port {spec.port} on {spec.host} is already in use; stop whatever listens there "
-                        "or choose another --port")
+        advice = ("stop whatever listens there or choose another --port" if spec.pinned
+                  else "taken since it was picked as free; pick another")
+        raise PortInUse(f"port {spec.port} on {spec.host} is already in use; {advice}")
     spec.log_path.parent.mkdir(parents=True, exist_ok=True)
     config_path = spec.log_path.with_suffix(".config.json")
     config_path.write_text(spec.config.to_json())
@@ -205,8 +214,10 @@ def start(spec: LaunchSpec) -> ServerProcess:
     return ServerProcess(spec, process, gpu_baseline)
 
 
-def classify_failure(log_tail: str, exit_code: int | None, *, during_load: bool) -> LaunchError:
-    """Name the failure from what the server printed last and how it exited."""
+def classify_failure(log_tail: str, exit_code: int | None, *, during_load: bool,
+                     log_path: Path | None = None) -> LaunchError:
+    """Name the failure from what the server printed last and how it exited; out of memory and crashes
+    quote the log's last error line and name the log, so the cause is in the one line a user reads."""
     text = log_tail.lower()
     tail = log_tail[-4000:]
     if exit_code == 2 and "config error:" in text:
@@ -218,10 +229,22 @@ def classify_failure(log_tail: str, exit_code: int | None, *, during_load: bool)
     if any(m in text for m in _OOM_MARKERS):
         cls = OutOfMemoryAtLoad if during_load else OutOfMemoryWhileServing
         phase = "loading the model" if during_load else "serving"
-        return cls(f"out of memory while {phase}", log_tail=tail, exit_code=exit_code)
+        return cls(f"out of memory while {phase}{_cause_and_log(log_tail, log_path)}", log_tail=tail,
+                   exit_code=exit_code)
     how = f"signal {-exit_code}" if exit_code is not None and exit_code < 0 else f"exit status {exit_code}"
     phase = "while loading" if during_load else "while serving"
-    return ServerCrashed(f"server ended with {how} {phase}", log_tail=tail, exit_code=exit_code)
+    return ServerCrashed(f"server ended with {how} {phase}{_cause_and_log(log_tail, log_path)}", log_tail=tail,
+                         exit_code=exit_code)
+
+
+_ERROR_LINE = re.compile(r"^\s*(?:[\w.]*(?:Error|Exception|Exit)\b|error:|fatal:)", re.IGNORECASE)
+
+
+def _cause_and_log(log_tail: str, log_path: Path | None) -> str:
+    """'; last error: <line>; server log: <path>' for a message (each part only where known)."""
+    cause = next((line.strip() for line in reversed(log_tail.splitlines()) if _ERROR_LINE.match(line)), None)
+    parts = ([f"last error: {cause[:300]}"] if cause else []) + ([f"server log: {log_path}"] if log_path else [])
+    return "".join(f"; {part}" for part in parts)
 
 
 def port_is_free(host: str, port: int) -> bool:

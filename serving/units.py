@@ -1,4 +1,4 @@
-"""Byte sizes as people write them: 24GiB, 16G, 512MiB, or a plain number of bytes."""
+"""Byte sizes as people write them: 24GiB, 24GB, 512MiB, or a plain number of bytes (a bare G is refused)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 from serving.errors import ConfigError
 
-__all__ = ["format_bytes", "parse_bytes"]
+__all__ = ["parse_bytes"]
 
 # A bare "G" is refused: people mean GiB and GB both, and 7% is the size of the effects we measure.
 _UNITS = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2,
@@ -21,6 +21,3 @@ def parse_bytes(text: str) -> int:
         raise ConfigError(f"not a byte size: {text!r} (write e.g. 24GiB, 512MiB or 25769803776)")
     return int(float(match.group(1)) * _UNITS[unit])
 
-
-def format_bytes(n: int) -> str:
-    return f"{n / 1024**3:.2f} GiB"

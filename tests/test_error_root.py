@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autoresearch.errors import AutoresearchError, BaselineNotReady, ConfirmedElsewhere
+from autoresearch.minimize import MinimizeError
 from bench.errors import BenchError
 from benchmarks.overhead import OverheadError
 from eval.errors import EvalError
@@ -15,7 +16,7 @@ from serving.errors import ServingError
 from tuner_errors import TunerError
 
 
-@pytest.mark.parametrize("base", [AutoresearchError, BenchError, EvalError, GpuError, ClientError, SearchSpaceError,
+@pytest.mark.parametrize("base", [AutoresearchError, MinimizeError, BenchError, EvalError, GpuError, ClientError, SearchSpaceError,
                                   ServingError, OverheadError, BaselineNotReady, ConfirmedElsewhere])
 def test_every_package_error_has_the_one_root(base):
     assert issubclass(base, TunerError)

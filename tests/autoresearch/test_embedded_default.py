@@ -8,7 +8,7 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
-from autoresearch.study import CONSTRAINTS
+from autoresearch.study import CONSTRAINTS, constraints_of
 from serving.config import ServingConfig
 
 from .conftest import run_loop
@@ -42,9 +42,12 @@ def test_every_trial_is_counted_and_explained(embedded_study):
     assert len(counted) == 3
     for t in counted:
         assert t.user_attrs["outcome"] and "config_digest" in t.user_attrs
-        assert set(CONSTRAINTS) <= set(t.constraints)
+        if t.user_attrs["outcome"] in ("baseline", "passed"):
+            assert set(CONSTRAINTS) <= set(t.constraints)
+        elif t.user_attrs["outcome"] not in ("duplicate", "dominated"):  # stopped by no violation of its own
+            assert any(t.constraints.get(k, 0.0) > 0 for k in CONSTRAINTS), t.user_attrs  # what stopped it
         # what optuna-dashboard 0.21 draws (its _serializer.py: trial_system_attrs["constraints"])
-        assert t.system_attrs["constraints"] == [t.constraints[k] for k in CONSTRAINTS]
+        assert t.system_attrs["constraints"] == constraints_of(t)
         if t.user_attrs["outcome"] not in ("baseline", "passed"):
             assert t.user_attrs["reasons"], t.user_attrs
 
@@ -96,8 +99,14 @@ def test_a_finished_study_resumes_without_rerunning(embedded_study):
 
 
 def test_bad_arguments_are_usage_errors(embedded_study):
-    result = run_loop(embedded_study.cwd, embedded_study.env, "--suite", "broad", timeout=120)
-    assert result.returncode == 2 and "needs a real model" in result.stderr
+    before = len(_study(embedded_study).get_trials())
+    result = run_loop(embedded_study.cwd, embedded_study.env, "--suite", "broad", "--trials", "7", timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[0] == "error: suite broad cannot run here; nothing was launched:"
+    assert "taskset aime25 is not installed; fix: `python -m eval setup` (needs GitHub)" in lines
+    assert any(line.startswith("dataset livecodebench is not in ") for line in lines)
+    assert len(_study(embedded_study).get_trials()) == before  # preflight runs before the baseline launches
     result = run_loop(embedded_study.cwd, embedded_study.env, "--model", "/no/such/folder", "--trials", "1",
                       timeout=120)
     assert result.returncode == 1 and "not a folder" in result.stderr

@@ -189,3 +189,17 @@ def test_a_finalist_that_cannot_be_compared_on_every_point_is_not_confirmed():
     assert verdict["qualified"] is False
     assert verdict["reason"].startswith("not comparable: cannot compare what was not measured: "
                                         "prefill_tok_per_s_server@8192 (the noise floor lacks it)")
+
+
+def test_the_best_so_far_line_never_names_a_candidate_slower_than_the_baseline():
+    """Before: 'best so far: trial 1 ... (0.877x)', a Pareto-front candidate slower overall than the baseline."""
+    from autoresearch.loop import best_line
+
+    study = optuna.create_study(directions=["maximize", "maximize"])
+    ok = dict.fromkeys(CONSTRAINTS, -1.0)
+    study.add_trial(optuna.trial.create_trial(values=[100.0, 1000.0], constraints=ok, user_attrs={"role": "baseline"}))
+    study.add_trial(optuna.trial.create_trial(values=[70.0, 1100.0], constraints=ok, user_attrs={"role": "candidate"}))
+    assert best_line(study) == ("baseline (decode 100.0, prefill 1000 tok/s); no candidate faster yet "
+                                "(closest: trial 1 at 0.877x)")
+    study.add_trial(optuna.trial.create_trial(values=[120.0, 1000.0], constraints=ok, user_attrs={"role": "candidate"}))
+    assert best_line(study) == "trial 2: decode 120.0, prefill 1000 tok/s (1.095x)"

@@ -149,3 +149,21 @@ def test_decode_per_kind_shows_each_point_its_weight_and_the_champions_acceptanc
     eos_lines = render_section("decode_by_kind", eos).splitlines()
     assert eos.past_answer == [] and any("timed the model's own answer" in line for line in eos_lines)
     assert eos_lines[eos_lines.index(lines[header]) - 1] == ""
+
+
+def test_a_smoke_task_tier_is_said_at_the_top():
+    """Before: RESULTS.md said the task tier was a smoke check only near its bottom, under the task tables."""
+    import datetime
+
+    from eval import GatePolicy, TaskPolicy
+
+    plan = SimpleNamespace(study_name="s", storage_label="sqlite:///results.db", suite="offline", engine="transformers",
+                           model=SimpleNamespace(name="tiny", source="embedded", manifest_hash="0" * 64),
+                           gate_policy=GatePolicy(tasks=TaskPolicy(mode="smoke")))
+    s = SimpleNamespace(plan=plan, generated=datetime.datetime(2026, 12, 2), stopped=None,
+                        fidelity_gate={"noise_factor": 3, "min_floor_kl_mean": 1e-4, "min_floor_kl_p99": 1e-3,
+                                       "min_floor_top1_disagreement": 0.002})
+    header = render_section("header", s)
+    assert "**The task tier ran as a smoke check" in header
+    judged = SimpleNamespace(**{**vars(plan), "gate_policy": GatePolicy()})
+    assert "smoke" not in render_section("header", SimpleNamespace(**{**vars(s), "plan": judged}))

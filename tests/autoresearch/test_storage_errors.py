@@ -85,3 +85,36 @@ def test_a_claim_held_by_a_killed_worker_is_taken_over_once(tmp_path):
                         holder_gone=worker_gone) is None
     assert third.claim(study="s", what="confirm finalists", key="after 16", worker="c:3",
                        holder_gone=worker_gone) == alive, "a live holder keeps its claim"
+
+
+def test_report_and_export_leave_no_copy_behind_and_name_the_users_database(tmp_path, monkeypatch, capsys):
+    """Before: each call left a full copy of results.db in a temp folder, and errors named that copy."""
+    import tempfile
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    db = tmp_path / "results.db"
+    shutil.copy(EXAMPLE, db)
+    out = tmp_path / "RESULTS.md"
+    assert main(["report", "--study", "q27-champion", "--storage", f"sqlite:///{db}", "--results-md", str(out)]) == 0
+    assert main(["export", "--study", "q27-champion", "--storage", f"sqlite:///{db}",
+                 "--out", str(tmp_path / "c.json")]) == 0
+    assert main(["export", "--study", "nosuch", "--storage", f"sqlite:///{db}", "--out", str(tmp_path / "d.json")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"StudyError: no study 'nosuch' in sqlite:///{db}; run the loop first"
+    assert list(temp.iterdir()) == []
+    beside = sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(("-shm", "-wal")))  # SQLite's own
+    assert beside == ["RESULTS-pareto.png", "RESULTS.md", "c.json", "results.db", "tmp"]
+
+
+@pytest.mark.parametrize("command", ["report", "export"])
+def test_report_and_export_never_create_a_database(tmp_path, capsys, command):
+    """Before: `report` where there was no results.db created an empty one."""
+    db = tmp_path / "results.db"
+    code = main([command, "--study", "q27-champion", "--storage", f"sqlite:///{db}", "--out", str(tmp_path / "c.json"),
+                 "--results-md", str(tmp_path / "RESULTS.md")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err == [f"StorageError: no database at sqlite:///{db}: run the loop first, or pass --storage"]
+    assert list(tmp_path.iterdir()) == []

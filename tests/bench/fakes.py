@@ -41,7 +41,9 @@ class PrefixCachingFakeServer:
         page_tokens: int = PAGE_TOKENS,
         decode_ends_after: int | None = None,
         answer_tokens: int | None = None,
+        loading_s: float = 0.0,
     ) -> None:
+        self.loaded_at = time.monotonic() + loading_s  # before it: 503 "loading", as this project's server answers
         self.api_key = api_key
         self.decode_ends_after = decode_ends_after  # end multi-token answers early, as a server ignoring ignore_eos
         self.answer_tokens = answer_tokens  # the model's answers end here (EOS) unless ignore_eos is sent
@@ -73,6 +75,11 @@ class PrefixCachingFakeServer:
             self.prompts.append(prompt)
         return (shared // CHARS_PER_TOKEN) // self.page_tokens * self.page_tokens
 
+    def refusal(self) -> tuple[int, dict]:
+        if time.monotonic() < self.loaded_at:
+            return 503, {"status": "loading"}
+        return 401, {"error": {"message": "invalid API key", "type": "authentication_error"}}
+
     def templated(self, content: str, system: str | None = None) -> str:
         """ChatML, as Qwen2.5's template writes it: the request's system prompt, else the default one if set."""
         system = system or self.system_prompt
@@ -86,10 +93,11 @@ class PrefixCachingFakeServer:
             def log_message(self, *args: object) -> None:  # quiet
                 pass
 
-            def _authorized(self) -> bool:
-                if fake.api_key is None or self.headers.get("Authorization") == f"Bearer {fake.api_key}":
+            def _authorized(self) -> bool:  # and loaded: before, 503 "loading", as this project's server answers
+                if fake.loaded_at <= time.monotonic() and (
+                        fake.api_key is None or self.headers.get("Authorization") == f"Bearer {fake.api_key}"):
                     return True
-                self._json(401, {"error": {"message": "invalid API key", "type": "authentication_error"}})
+                self._json(*fake.refusal())
                 return False
 
             def do_GET(self) -> None:

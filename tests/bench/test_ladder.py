@@ -284,3 +284,19 @@ def test_answers_too_short_to_time_decode_leave_the_point_unmeasured_with_the_re
     assert point.valid_runs == () and point.decode_tok_per_s_client is None
     assert {r.invalid_reason for r in point.runs} == {
         "completion of 5 tokens, expected 16 to 24 (finish_reason 'stop'): too short to time decode"}
+
+
+def test_a_server_still_loading_is_waited_for():
+    """Before: bench started on a server still loading its model failed on its first request with 503."""
+    with PrefixCachingFakeServer(loading_s=1.5) as server:
+        result = run_bench(FAKE_PLAN, Endpoint(url=server.url))
+    assert result.invalid_runs == 0 and result.prefill and result.decode
+
+
+def test_a_server_that_stays_loading_is_a_clear_error():
+    from bench.ladder import wait_until_loaded
+    from openai_client import Client
+
+    with PrefixCachingFakeServer(loading_s=60) as server, Client(Endpoint(url=server.url), timeout_s=5) as client:
+        with pytest.raises(ServerRejected, match="HTTP 503.*loading"):
+            wait_until_loaded(client, timeout_s=0.3, poll_s=0.1)

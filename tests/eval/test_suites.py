@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 
@@ -217,3 +218,60 @@ def test_a_docker_suite_without_a_docker_engine_fails_before_any_model_call(tmp_
     )
     with pytest.raises(RuntimeUnavailable, match="Docker is not usable.*offline"):
         preflight(suite, locks=load_locks(), paths=EvalPaths(tmp_path))
+
+
+def _fake_docker(tmp_path, monkeypatch, *, engine_up: bool, images: tuple[str, ...] = ()) -> None:
+    """A stand-in `docker` CLI first on PATH (the engine is an outside boundary): `info` answers or not,
+    `image inspect` knows only `images`."""
+    known = " ".join(images)
+    script = tmp_path / "fakebin" / "docker"
+    script.parent.mkdir(parents=True)
+    script.write_text(f"""#!/bin/sh
+case "$1" in
+  info) {'echo 27.0.0' if engine_up else 'echo "Cannot connect to the Docker daemon" >&2; exit 1'} ;;
+  image) for i in {known}; do [ "$i" = "$5" ] && echo sha256:feedface && exit 0; done; exit 1 ;;
+esac
+""")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{script.parent}:{os.environ['PATH']}")
+
+
+def _docker_suite():
+    return dataclasses.replace(
+        get_suite("broad"),
+        tasksets=(TasksetSpec(name="t", taskset_id="eval-mmath", max_tokens=8, limit=1, shuffle=False),),
+    )
+
+
+def test_each_missing_piece_is_one_line_naming_it_and_its_fix(tmp_path, monkeypatch):
+    from eval.preflight import missing_pieces
+
+    _fake_docker(tmp_path, monkeypatch, engine_up=False)
+    lines = [m.line for m in missing_pieces(get_suite("broad"), locks=load_locks(), paths=EvalPaths(tmp_path))]
+    assert lines[:4] == [f"taskset {n} is not installed; fix: `python -m eval setup` (needs GitHub)"
+                         for n in ("aime25", "i3-logic", "livecodebench", "mmlu-pro")]
+    assert lines[4:8] == [f"dataset {n} is not in {tmp_path / 'huggingface' / 'hub'}; fix: `python -m eval data {n}` "
+                          "(needs the Hub; runs are offline and never download)"
+                          for n in ("aime25", "i3-logic", "livecodebench", "mmlu-pro")]
+    assert lines[8].startswith("Docker is not usable (Cannot connect to the Docker daemon); fix: start the Docker")
+    assert len(lines) == 9
+
+
+def test_a_docker_suite_whose_image_is_not_built_names_the_image_command(tmp_path, monkeypatch):
+    from eval.errors import RuntimeUnavailable
+    from eval.runtime_image import image_tag
+
+    _fake_docker(tmp_path, monkeypatch, engine_up=True)
+    with pytest.raises(RuntimeUnavailable) as info:
+        preflight(_docker_suite(), locks=load_locks(), paths=EvalPaths(tmp_path))
+    assert str(info.value).splitlines()[1] == (
+        f"runtime image {image_tag()} is not in the local Docker engine; fix: `python -m eval image`")
+    _fake_docker(tmp_path / "built", monkeypatch, engine_up=True, images=(image_tag(),))
+    preflight(_docker_suite(), locks=load_locks(), paths=EvalPaths(tmp_path))  # everything is here
+
+
+def test_the_subprocess_runtime_needs_no_docker(tmp_path, monkeypatch):
+    _fake_docker(tmp_path, monkeypatch, engine_up=False)
+    suite = apply_overrides(_docker_suite(), SuiteOverrides(runtime="subprocess"))
+    assert suite.runtime.type == "subprocess"
+    preflight(suite, locks=load_locks(), paths=EvalPaths(tmp_path))

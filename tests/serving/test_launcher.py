@@ -127,3 +127,20 @@ def test_startup_timeout(tiny_model_dir, tmp_path):
 )
 def test_classify_failure_from_log_tails(tail, code, during_load, expected):
     assert type(classify_failure(tail, code, during_load=during_load)) is expected
+
+
+def test_a_crash_names_its_log_and_quotes_its_last_error_line(tmp_path):
+    """Before: 'server ended with exit status 1 while loading', the cause only in the log the error did not name."""
+    fake_python = tmp_path / "python"  # a test double for the server process: prints a load failure, exits 1
+    fake_python.write_text("#!/bin/sh\necho 'Traceback (most recent call last):'\n"
+                           "echo 'OSError: CUDA_HOME environment variable is not set. Please set it.'\n"
+                           "echo 'INFO: shutting down'\nexit 1\n")
+    fake_python.chmod(0o755)
+    spec = LaunchSpec(model_dir=tmp_path, config=CPU, port=0, log_path=tmp_path / "crash.log", python=str(fake_python),
+                      startup_timeout_s=30)
+    with pytest.raises(ServerCrashed) as exc:
+        launch(spec)
+    message = str(exc.value)
+    assert message.startswith("server ended with exit status 1 while loading")
+    assert "last error: OSError: CUDA_HOME environment variable is not set." in message
+    assert f"server log: {tmp_path / 'crash.log'}" in message

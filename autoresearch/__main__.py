@@ -402,7 +402,8 @@ def _command(args: argparse.Namespace) -> int:
     shown = args.storage
     try:
         with contextlib.ExitStack() as stack:
-            if args.command != "run":  # reports and exports only read: a snapshot, never a new database
+            stated_plan = args.command == "plan" and not args.study  # rates stated: no database needed
+            if args.command != "run" and not stated_plan:  # reports and exports only read: a snapshot
                 args.storage = stack.enter_context(readable_storage(args.storage))
             return _run_command(args, shown)
     except FileNotFoundError as exc:

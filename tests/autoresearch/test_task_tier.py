@@ -183,3 +183,46 @@ def test_a_smoke_tier_answers_everything_and_judges_nothing(tmp_path):
     assert judgment.passed and {v.decision for v in judgment.verdicts} == {"not judged (smoke)"}
     assert {k: len(v) for k, v in answers.asked.items()} == {
         f"{side}/{s.name}": 4 for side in ("baseline", "lossy-b") for s in small.tasksets}
+
+
+def _finalist(number: int, tier: str | None):
+    import optuna
+
+    t = optuna.trial.create_trial(values=[1.0, 1.0], user_attrs={"task_tier": tier} if tier else {})
+    t.number = number
+    return t
+
+
+def test_who_is_judged_fastest_qualified_finalist_first_until_one_passes():
+    from autoresearch.finalists import _judge_tasks
+
+    finalists = [_finalist(n, "pending") for n in (1, 2, 3, 4)]
+    verdicts = {1: {"qualified": True, "speedup": 1.2}, 2: {"qualified": True, "speedup": 1.5},
+                3: {"qualified": False, "speedup": 1.9, "reason": "slower on decode"},
+                4: {"qualified": True, "speedup": 1.1}}
+    judged: list[int] = []
+
+    def judge(t):
+        judged.append(t.number)
+        return {"passed": t.number != 2, "reasons": [] if t.number != 2 else ["rg-math: lost 9, gained 0"]}
+
+    _judge_tasks(finalists, verdicts, judge)
+    assert judged == [2, 1]  # fastest qualified first; the unqualified 3 is never judged; 4 not needed
+    assert verdicts[2]["qualified"] is False and "task tier failed: rg-math: lost 9" in verdicts[2]["reason"]
+    assert verdicts[1]["qualified"] is True and verdicts[1]["task_tier"]["passed"]
+    assert verdicts[4]["qualified"] is False and "not judged" in verdicts[4]["reason"]
+    crowned = max((n for n, v in verdicts.items() if v["qualified"]), key=lambda n: verdicts[n]["speedup"])
+    assert crowned == 1
+
+
+def test_no_finalist_is_crowned_when_none_passes_and_judged_in_trial_needs_no_second_judgment():
+    from autoresearch.finalists import _judge_tasks
+
+    verdicts = {1: {"qualified": True, "speedup": 1.3}, 2: {"qualified": True, "speedup": 1.2}}
+    _judge_tasks([_finalist(1, "pending"), _finalist(2, "pending")], verdicts,
+                 lambda t: {"passed": False, "reasons": ["smoke run did not complete"]})
+    assert not any(v["qualified"] for v in verdicts.values())  # the baseline stays
+    judged: list[int] = []
+    verdicts = {1: {"qualified": True, "speedup": 1.3}}
+    _judge_tasks([_finalist(1, "judged")], verdicts, lambda t: judged.append(t.number) or {"passed": False})
+    assert judged == [] and verdicts[1]["qualified"]  # --task-tier-scope every judged it in its trial

@@ -6,11 +6,14 @@ Usage:
                            [--study NAME] [--storage URL]
     python -m autoresearch export [--study NAME] [--storage URL] [--out champion.json] [--format serving|tabbyapi]
     python -m autoresearch report [--study NAME] [--storage URL]
+    python -m autoresearch plan --hours H (--study NAME | --decode-tok-s R --prefill-tok-s R [--answer-tokens N])
+                           # what a night buys, without running: trials, task-tier judgments, power
     python -m autoresearch sweep --model DIR --baseline B.json --candidate NAME=C.json ... --db URL
                            # fidelity only: the baseline protocol, then each candidate in a fresh launch
     python -m autoresearch workload --suite offline --out workload.json   # the suite's tasks for bench --workload
 
-Exit status: 0 done, 1 the run failed, 2 usage or storage error, 130 interrupted (Ctrl-C).
+Exit status: 0 done, 1 the run failed (plan: the night cannot make its claim), 2 usage or storage error,
+130 interrupted (Ctrl-C).
 Ordinary failures are one line on stderr; tracebacks go to runs/<study>/loop.log (and the terminal with -v).
 """
 
@@ -27,6 +30,7 @@ from pathlib import Path
 
 from autoresearch.errors import PlanError, StorageError
 from autoresearch.logs import setup_logging
+from autoresearch.night import add_rate_arguments
 from eval.policy_args import add_task_policy_arguments, task_policy_from_args
 from tuner_errors import TunerError
 
@@ -37,8 +41,8 @@ DEFAULT_STORAGE = "sqlite:///results.db"
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m autoresearch", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", nargs="?", default="run", choices=["run", "export", "report", "sweep"],
-                        help="run (default), export, report; sweep has options of its own: "
+    parser.add_argument("command", nargs="?", default="run", choices=["run", "export", "report", "plan", "sweep"],
+                        help="run (default), export, report, plan; sweep has options of its own: "
                         "`python -m autoresearch sweep --help`")
     parser.add_argument("--model", help="model folder, or a Hub id with revision (org/repo@rev); "
                         "absent: the embedded tiny synthetic model on the CPU engine")
@@ -82,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "whose tasksets declare network policies only a container enforces; subprocess runs on "
                         "this host, for tasksets that declare none, e.g. the CPU stand-ins)")
     add_task_policy_arguments(parser)
+    add_rate_arguments(parser)
     parser.add_argument("--bench-prefill", help="prefill ladder, token counts, e.g. 8192 (default: 8192 on GPU)")
     parser.add_argument("--bench-decode", help="decode contexts, e.g. 1024,8192 (default on GPU)")
     parser.add_argument("--bench-workload", default=None, metavar="suite|corpus|FILE",
@@ -134,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def make_plan(args: argparse.Namespace):
     from autoresearch.model_source import model_of_study, resolve_model
+    from autoresearch.night import stated_from_args
     from autoresearch.plan import RunPlan, default_probe_config, study_name_for
     from search_space import gpu_memory_bytes, parse_bytes
     from serving.config import engine_for_checkpoint
@@ -192,6 +198,7 @@ def make_plan(args: argparse.Namespace):
         heartbeat_s=args.heartbeat, grace_s=args.grace, drift=_drift_policy(args),
         minimize=not model.is_embedded if args.minimize is None else args.minimize,
         minimize_launches=args.minimize_launches, minimize_max_launches=args.minimize_max_launches,
+        task_tier_scope=args.task_tier_scope, stated_rates=stated_from_args(args),
         startup_timeout_s=300.0 if engine == "transformers" else 900.0,
     )
 
@@ -426,7 +433,8 @@ def _command(args: argparse.Namespace) -> int:
     shown = args.storage
     try:
         with contextlib.ExitStack() as stack:
-            if args.command != "run":  # reports and exports only read: a snapshot, never a new database
+            stated_plan = args.command == "plan" and not args.study  # rates stated: no database needed
+            if args.command != "run" and not stated_plan:  # reports and exports only read: a snapshot
                 args.storage = stack.enter_context(readable_storage(args.storage))
             return _run_command(args, shown)
     except FileNotFoundError as exc:
@@ -436,8 +444,25 @@ def _command(args: argparse.Namespace) -> int:
             from exc
 
 
+def _plan_command(args: argparse.Namespace) -> int:
+    """The night plan from a stored study or stated rates: no model, no GPU needed."""
+    from autoresearch.night import plan_command
+
+    stored = _stored_study(args)
+    suite = args.suite or (stored or {}).get("suite") or "offline"
+    if suite == "none":
+        raise PlanError("plan: --suite none has no task tier to plan")
+    policy = _gate_policy(args, mode="guard" if suite == "broad" else "judge").tasks
+    try:
+        return plan_command(args, _suite_spec(suite, _suite_overrides(args, embedded=False, suite=suite)), policy)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from exc
+
+
 def _run_command(args: argparse.Namespace, shown_storage: str) -> int:
     try:
+        if args.command == "plan":
+            return _plan_command(args)
         plan = make_plan(args)
         if shown_storage != args.storage:
             import dataclasses

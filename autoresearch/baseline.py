@@ -4,8 +4,10 @@
 
 - launch 0: speed first (a baseline that cannot be measured stops the study: BaselineUnmeasured, as
   it does where its second launch cannot be measured), then the fidelity reference (the stored one
-  for this model and probe set, else captured here), then the task suite (a suite run with failed
-  episodes is run once more; one that still cannot be the reference stops the study);
+  for this model and probe set, else captured here), then the baseline's first answers on the task
+  suite (autoresearch.task_tier: the fewest tasks any walk needs; the rest is answered lazily, as far
+  as candidates' walks need it; first answers with failed episodes are answered once more, and answers
+  that still cannot be the reference stop the study);
 - launch 1, a fresh process of the same configuration: speed again, then the fidelity noise floor.
   Bench comes first in both launches, as in every candidate's: a server warmed by the fidelity
   probes decoded 27% faster at 1K on the real 0.5B, and that order effect became "noise".
@@ -41,7 +43,6 @@ from eval import (
     capture_reference,
     measure_fidelity,
 )
-from eval.decision import TaskPolicy, baseline_problems
 from eval.fidelity import load_fidelity_measurement
 from eval.probes import ProbeSet
 
@@ -73,14 +74,14 @@ def run_baseline(
     floor_label: str,
     replace_reference: bool = False,
     measure: Callable[[Any, int], M] | None = None,
-    suite: Callable[[Any, int], SuiteResult] | None = None,
-    task_policy: TaskPolicy | None = None,
+    suite: Callable[[Any], SuiteResult] | None = None,
     stage: Callable[[str], None] = lambda name: None,
 ) -> BaselineRun[M]:
     """Run the protocol above. `serve(launch)` starts a fresh server (a context manager giving one with
     `.url`); `measure(server, launch)` measures its speed and raises BaselineUnmeasured where it cannot
-    (`measured_or_stop`); `suite(server, attempt)` runs the task suite, judged as the reference by
-    `task_policy`; `stage(name)` hears each stage as it begins.
+    (`measured_or_stop`); `suite(server)` gives the baseline's first answers on the task suite and raises
+    BaselineUnmeasured where they cannot be the reference (TaskTier.baseline_first); `stage(name)` hears
+    each stage as it begins.
 
     Raises:
         BaselineUnmeasured: the speed or the task suite cannot be the reference (the study stops).
@@ -100,7 +101,7 @@ def run_baseline(
                                               replace=replace_reference)
             if suite is not None:
                 stage("tasks")
-                suite_result = _reference_suite(lambda attempt: suite(server, attempt), task_policy or TaskPolicy())
+                suite_result = suite(server)
     stage("noise floor")
     with serve(1) as server:
         second = measure(server, 1) if measure is not None else None  # bench first, as in launch 0
@@ -124,26 +125,6 @@ def _stored_reference(store: EvalStore, model_manifest_hash: str, probe_set: Pro
         return store.load_reference(model_manifest_hash, probe_set.digest)
     except MissingReference:
         return None
-
-
-def _reference_suite(run: Callable[[int], SuiteResult], policy: TaskPolicy) -> SuiteResult:
-    """The task tier's reference, or the study stops: a baseline with failed episodes is run once more,
-    and one that still fails, hits its token budget on most answers or (judge mode) has too few tasks
-    for the claimed power cannot judge anyone (smoke mode records it and judges nothing)."""
-    suite = run(0)
-    problems = _suite_problems(suite, policy) if policy.decides else []
-    if problems and any(t.failures for t in suite.tasksets):
-        log.warning("the baseline's suite run had operational failures; running it once more: %s", problems)
-        suite = run(1)
-        problems = _suite_problems(suite, policy)
-    if problems:
-        raise BaselineUnmeasured("the baseline's task suite cannot be the reference: " + "; ".join(problems),
-                                 constraint="tasks", outcome="baseline_tasks_invalid")
-    return suite
-
-
-def _suite_problems(suite: SuiteResult, policy: TaskPolicy) -> list[str]:
-    return [p for t in suite.tasksets for p in baseline_problems(t, policy, tasksets=len(suite.tasksets))]
 
 
 # ---- the evidence, shared by every worker of a study ----

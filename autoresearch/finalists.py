@@ -7,7 +7,9 @@ the finalist that bench's rule calls faster than the baseline on at least one ob
 slower on none, ranked by the study's one number (autoresearch.ranking: the request-time speed-up,
 or the geometric mean of the two speed-ups in a study stored before it), on each point's median over
 its launches. A launch that left any objective point unmeasured does not count; a finalist that
-cannot be compared on every point is not confirmed. If none qualifies, the baseline stays.
+cannot be compared on every point is not confirmed. Where the task tier is pending (--task-tier-scope
+finalists, the default), the finalists confirmed faster are judged on it fastest first until one
+passes, and only that one can be crowned. If none qualifies, the baseline stays.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import statistics
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import optuna
@@ -28,6 +31,7 @@ from autoresearch.baseline import stored_speed_floor
 from autoresearch.db import ResultsDB
 from autoresearch.drift import Limits, conditions, read_readings, round_drift
 from autoresearch.errors import ConfirmedElsewhere, Unmeasured
+from autoresearch.judging import PENDING
 from autoresearch.objectives import objective_metrics, objectives_from_bench, speedup_score
 from autoresearch.plan import RunPlan, worker_gone, worker_name
 from autoresearch.ranking import Ranking
@@ -72,8 +76,12 @@ def _pooled(results: list[BenchResult]) -> dict[str, tuple[float, ...]]:
     return {k: tuple(v) for k, v in pooled.items()}
 
 
-def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: ResultsDB) -> Champion | None:
+def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: ResultsDB,
+                      judge_tasks: Callable[[optuna.trial.FrozenTrial], dict] | None = None) -> Champion | None:
     """Re-measure, decide, store the decision in ar_finalists and the study; None without a baseline.
+
+    `judge_tasks(trial)` runs the task tier on a finalist whose tier is pending (--task-tier-scope
+    finalists; autoresearch.judging) and gives its verdict (`passed`, `reasons`, ...).
 
     Raises:
         ConfirmedElsewhere: another worker of the study confirms these same finished trials.
@@ -106,7 +114,7 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
         raise ConfirmedElsewhere(f"worker {holder} confirms the finalists of these {finished} trials; its "
                                  "RESULTS.md names the champion")
     with db.holding(**claim, interval_s=plan.heartbeat_s, grace_s=plan.grace_s) as lost:
-        return _confirm(plan, study, space, db, baseline, finalists, trials, lost, ranking, claim)
+        return _confirm(plan, study, space, db, baseline, finalists, trials, lost, ranking, claim, judge_tasks)
 
 
 def select_finalists(study: optuna.Study, ranking: Ranking, baseline: optuna.trial.FrozenTrial,
@@ -118,7 +126,8 @@ def select_finalists(study: optuna.Study, ranking: Ranking, baseline: optuna.tri
 
 def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: ResultsDB, baseline: optuna.trial.FrozenTrial,
              finalists: list[optuna.trial.FrozenTrial], trials: list[optuna.trial.FrozenTrial],
-             lost: threading.Event, ranking: Ranking, claim: dict) -> Champion | None:
+             lost: threading.Event, ranking: Ranking, claim: dict,
+             judge_tasks: Callable[[optuna.trial.FrozenTrial], dict] | None) -> Champion | None:
     """The claimed round: fresh launches of the baseline and the finalists, interleaved, then the decision,
     written in the transaction that checks the claim is still this worker's (ResultsDB.finish).
 
@@ -165,10 +174,12 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
     where = {"worker": worker_name(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
              "gpu": next(({"name": r.gpu.name, "uuid": r.gpu.uuid} for r in base_runs if r.gpu), None)}
     best: Champion | None = None
+    verdicts = {t.number: judge_finalist(base_runs, results[t.number], floor=floor, mix=ranking.mix)
+                if results[t.number] else {"qualified": False, "reason": "no confirmation launch was measured"}
+                for t in finalists}
+    _judge_tasks(finalists, verdicts, judge_tasks)
     for t in finalists:
-        runs = results[t.number]
-        verdict = judge_finalist(base_runs, runs, floor=floor, mix=ranking.mix) if runs else \
-            {"qualified": False, "reason": "no confirmation launch was measured"}
+        verdict = verdicts[t.number]
         add_finalist(trial=t.number, config_digest=t.user_attrs["config_digest"], decode=verdict.get("decode"),
                      prefill=verdict.get("prefill"), verdict=verdict | where)
         if verdict["qualified"] and (best is None or verdict["speedup"] > best.speedup):
@@ -185,7 +196,8 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
         best = Champion(trial=baseline.number, config=baseline.user_attrs["config"], decode_tok_per_s=base_values[0],
                         prefill_tok_per_s=base_values[1], speedup=1.0, is_baseline=True, decode_speedup=1.0,
                         prefill_speedup=1.0, ranked_by=ranking.ranked_by)
-        reason = "no finalist was confirmed faster than the baseline in fresh launches"
+        reason = "no finalist was confirmed faster than the baseline in fresh launches" + \
+            (" and passed its task tier" if any("task_tier" in v for v in verdicts.values()) else "")
     else:
         launches = "1 fresh launch" if plan.finalist_launches == 1 else f"{plan.finalist_launches} fresh launches"
         reason = f"confirmed in {launches} against the baseline"
@@ -194,6 +206,30 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
     study.set_user_attr(_CHAMPION, best.__dict__ | {"reason": reason, "round": round_, "trials_at": len(trials),
                                                     "confirmed_by": where})
     return best
+
+
+def _judge_tasks(finalists: list[optuna.trial.FrozenTrial], verdicts: dict[int, dict],
+                 judge_tasks: Callable[[optuna.trial.FrozenTrial], dict] | None) -> None:
+    """The task tier where it can change the outcome: the qualified finalists, fastest first, until one passes
+    (the rest are not judged and not crowned). A finalist already judged in its trial needs nothing here."""
+    if judge_tasks is None:  # no suite, or every candidate was judged in its trial
+        return
+    qualified = sorted((t for t in finalists if verdicts[t.number]["qualified"]),
+                       key=lambda t: verdicts[t.number]["speedup"], reverse=True)
+    for t in qualified:
+        if t.user_attrs.get("task_tier") != PENDING:
+            break  # judged in its trial (a study resumed with another --task-tier-scope): crowned as it is
+        verdict = verdicts[t.number]
+        verdict["task_tier"] = tier = judge_tasks(t)
+        if tier["passed"]:
+            break
+        verdict["qualified"] = False
+        verdict["reason"] = "task tier failed: " + "; ".join(tier.get("reasons") or ["no reason recorded"])
+    for t in qualified:  # a faster finalist is crowned; the pending ones after it were not judged
+        verdict = verdicts[t.number]
+        if verdict["qualified"] and "task_tier" not in verdict and t.user_attrs.get("task_tier") == PENDING:
+            verdict["qualified"] = False
+            verdict["reason"] = "not judged on the task tier: a faster finalist passed it"
 
 
 def settled_trials(study: optuna.Study, *, poll_s: float) -> list[optuna.trial.FrozenTrial]:

@@ -63,12 +63,6 @@ class Rates:
     source: str  # where the numbers come from, printed with the plan
     assumptions: tuple[str, ...] = ()
 
-    def stage_s(self, stage: str) -> float | None:
-        """Expected seconds of one candidate stage (for the progress display's ETA); None: not predicted."""
-        if stage in CHEAP_STAGES:
-            return getattr(self, f"{stage}_s")
-        return None
-
 
 def stated_rates(suite: SuiteSpec, *, decode_tok_s: float, prefill_tok_s: float, answer_tokens: float,
                  prompt_tokens: float = 300.0, batch_gain: float = 1.0, launch_s: float = 120.0,
@@ -215,6 +209,10 @@ class Forecast:
         if self.judgments:
             out["tasks"] = self.judgment_s / self.judgments
         return out
+
+    def expected_s(self, name: str) -> float | None:
+        """The progress display's forecast hook (autoresearch.progress): a stage's seconds, or "trial"'s."""
+        return self.trial_s if name == "trial" else self.stage_s().get(name)
 
     def text(self) -> str:
         h = _hours

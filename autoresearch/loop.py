@@ -15,6 +15,7 @@ from autoresearch.errors import BaselineFailed, BaselineNotReady, ConfirmedElsew
 from autoresearch.finalists import confirm_finalists, feasible_front
 from autoresearch.logs import log_to_file
 from autoresearch.minimal_champion import minimize_champion
+from autoresearch.night import announce_plan
 from autoresearch.plan import RunPlan
 from autoresearch.preflight import preflight
 from autoresearch.progress import Progress
@@ -66,6 +67,19 @@ def _speedups(champion) -> str:
             f"{champion.prefill_speedup:.3f}x)")
 
 
+def _task_judge(study: optuna.Study, runner: TrialRunner, progress: Progress):
+    """The finalists' stage's task tier, for finalists whose tier is pending (--task-tier-scope finalists, also
+    in a study resumed with another scope); None without a suite."""
+    if runner.tier is None:
+        return None
+
+    def judge(t: optuna.trial.FrozenTrial) -> dict:
+        progress.stage(f"task tier: trial {t.number}")
+        return runner.tier.judge_pending(study, t)
+
+    return judge
+
+
 def run(plan: RunPlan) -> int:
     draft = read_model_info(plan.draft_model.path) if plan.draft_model is not None else None
     try:
@@ -92,8 +106,17 @@ def _run(plan: RunPlan, space) -> int:
     with Progress(study=plan.study_name, trials=plan.trials, hours=plan.hours) as progress:
         runner = TrialRunner(plan, space, db, store, progress)
 
+        def night(when: str, measured: bool) -> None:
+            if runner.suite is not None:  # the plan is the task tier's: no suite, nothing to plan
+                progress.forecast = announce_plan(plan, study, db, runner.suite, when, measured=measured).expected_s
+
+        night("night plan before the first trial" if not counted_trials(study) else "night plan on resuming",
+              measured=bool(counted_trials(study)))
+
         def after_trial(study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
             progress.trial_finished(counted_trials(study), best_line(study))
+            if _trial.user_attrs.get("role") == "baseline" and _trial.state == optuna.trial.TrialState.COMPLETE:
+                night("night plan once the baseline measured its rates", measured=True)
             write_report(plan, study, db, store)
 
         callbacks = [after_trial]
@@ -113,7 +136,8 @@ def _run(plan: RunPlan, space) -> int:
                 raise
         progress.stage("confirming finalists")
         try:
-            champion = confirm_finalists(plan, study, space, db)
+            champion = confirm_finalists(plan, study, space, db,
+                                         judge_tasks=_task_judge(study, runner, progress))
         except ConfirmedElsewhere as exc:
             write_report(plan, study, db, store)
             print(f"finalists: {exc}")

@@ -139,6 +139,8 @@ class RunPlan:
     minimize: bool = False  # after confirming a champion, remove its changes that do not keep its speed
     minimize_launches: int = 2  # fresh launches of each configuration per minimization round
     minimize_max_launches: int | None = None  # cap on the minimization's launches (None: its own bound)
+    task_tier_scope: str = "finalists"  # who the task tier judges (autoresearch.forecast.SCOPES)
+    stated_rates: dict = field(default_factory=dict)  # the night plan's rates the user stated (autoresearch.night)
 
     @property
     def storage_label(self) -> str:
@@ -176,7 +178,7 @@ class RunPlan:
         In the key instead (the study's identity: model, engine, suite, bench plan and workload, objective
         definition, baseline, gate, drafter). Neither: what only decides which trials run next or how
         long (--trials, --hours, --seed, --enqueue, --port, --finalists, --finalist-launches, --heartbeat,
-        --grace, the startup timeout). --pin changes the baseline and the search space; --vram and
+        --grace, the startup timeout, --task-tier-scope, the night plan's rate flags). --pin changes the baseline and the search space; --vram and
         --emulate-vram which configurations fit and what a server may use; --host-memory-limit the same
         for the CPU engine; the probe set the fidelity reference; the suite flags the tasks the baseline
         answered (concurrency too: batching can change the numerics)."""

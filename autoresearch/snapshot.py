@@ -217,6 +217,7 @@ class StudySnapshot:
     change_costs: ChangeCosts | None = None  # what each change of the champion bought (its minimization)
     plot: str | None = None  # the Pareto plot's file name, once drawn
     drift: DriftReport | None = None  # the baseline's readings over the study (autoresearch.drift)
+    night_plan: dict | None = None  # the latest night plan (autoresearch.night), as the loop printed it
 
 
 def _gpu_of(details: dict) -> str:
@@ -486,7 +487,8 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
                                            baseline.number, champion.trial if champion else None)
         if baseline else None,
         change_costs=read_change_costs(study.user_attrs.get(MINIMIZATION_ATTR)),
-        drift=read_drift(plan, study, db))
+        drift=read_drift(plan, study, db),
+        night_plan=study.user_attrs.get("night_plan"))
 
 
 def with_plot(snapshot: StudySnapshot, name: str | None) -> StudySnapshot:

@@ -43,10 +43,9 @@ from eval.records import EpisodeOutcome, SuiteResult, TasksetResult
 from eval.suites import SuiteSpec, TasksetSpec
 from eval.traces import TraceTail, summarize_episodes
 
-__all__ = ["SCOPES", "Answer", "Answers", "Judgment", "TaskTier", "first_walk"]
+__all__ = ["Answer", "Answers", "Judgment", "TaskTier", "first_walk"]
 
 log = logging.getLogger(__name__)
-SCOPES = ("finalists", "every")
 StopRule = Callable[[list[EpisodeOutcome]], str | None]
 # (server, taskset, skip, chunk_dir, stop_when) -> (what this chunk answered, whether it ran to the taskset's end);
 # it writes its traces.jsonl under chunk_dir as episodes finish (eval.runner.answer_taskset does)
@@ -97,6 +96,15 @@ class Answers:
     def exhausted(self) -> bool:
         planned = self.spec.planned_tasks
         return (self.root / _COMPLETE).exists() or (planned is not None and self.answered >= planned)
+
+    def set_aside(self) -> None:
+        """Keep these answers on disk beside the next attempt's, out of its way (`<taskset>.set-aside-N`)."""
+        if not self.root.is_dir():
+            return
+        attempt = 0
+        while (aside := self.root.with_name(f"{self.root.name}.set-aside-{attempt}")).exists():
+            attempt += 1
+        self.root.rename(aside)
 
     def answer(self, answer: Answer, server: Any, stop_when: StopRule | None) -> None:
         """Answer on from where the last chunk stopped, until `stop_when` (seeing every answer so far) says stop."""
@@ -157,12 +165,24 @@ class TaskTier:
 
     def baseline_first(self, server: Any) -> SuiteResult:
         """In the baseline's trial: the fewest answers any walk needs (the whole suite in smoke mode), then
-        the baseline rules on what it answered.
+        the baseline rules on what it answered. Answers with failed episodes are set aside and answered once
+        more (a transient failure of the server or the harness is not the reference's fault).
 
         Raises:
-            BaselineUnmeasured: failed episodes, answers dominated by the token budget, or tasksets too
-                small for the claimed power.
+            BaselineUnmeasured: failed episodes (again), answers dominated by the token budget, or tasksets
+                too small for the claimed power.
         """
+        self._answer_first(server)
+        problems = self.baseline_problems()
+        if problems and any(a.result().failures for a in self.baseline.values()):
+            log.warning("the baseline's answers had operational failures; answering once more: %s", problems)
+            for answers in self.baseline.values():
+                answers.set_aside()
+            self._answer_first(server)
+        self.check_baseline()
+        return self.baseline_result()
+
+    def _answer_first(self, server: Any) -> None:
         first = first_walk(self.policy, len(self.suite.tasksets))
         for spec in self.suite.tasksets:
             answers = self.baseline[spec.name]
@@ -170,20 +190,21 @@ class TaskTier:
                 if self.policy.judge else None
             if answers.answered < first or not self.policy.judge:
                 answers.answer(self.answer, server, enough)
-        self.check_baseline()
-        return self.baseline_result()
 
     def baseline_result(self) -> SuiteResult:
         return SuiteResult(suite=self.suite.name, run_dir=str(next(iter(self.baseline.values())).root.parent),
                            tasksets=tuple(a.result() for a in self.baseline.values()))
 
-    def check_baseline(self) -> None:
-        if not self.policy.decides:
-            return
+    def baseline_problems(self) -> list[str]:
+        """Why the baseline's answers so far cannot be the reference (eval's rules); empty when they can."""
+        if not self.policy.decides:  # smoke: recorded, nothing judged against it
+            return []
         k = len(self.suite.tasksets)
-        problems = [p for spec in self.suite.tasksets for p in
-                    baseline_problems(self.baseline[spec.name].result(), self.policy, k, spec.planned_tasks)]
-        if problems:
+        return [p for spec in self.suite.tasksets for p in
+                baseline_problems(self.baseline[spec.name].result(), self.policy, k, spec.planned_tasks)]
+
+    def check_baseline(self) -> None:
+        if problems := self.baseline_problems():
             raise BaselineUnmeasured("the baseline's answers cannot be the reference: " + "; ".join(problems),
                                      constraint="tasks", outcome="baseline_tasks_invalid")
 

@@ -1,5 +1,9 @@
 """One trial, in stages, cheapest first: feasibility, launch, bench, dominance, fidelity, tasks.
 
+The task tier runs inside the trial with --task-tier-scope every; with finalists (the default) a
+candidate that passed fidelity is left pending for the finalists' stage (autoresearch.judging connects
+both to the lazy baseline of autoresearch.task_tier). Each candidate leaves one gate decision row.
+
 Every exit records what was learned and why it stopped, as one `TrialOutcome` written where the
 trial ends. A configuration that cannot fit, will not launch, or fails the gate is a COMPLETE trial
 with a violated constraint (samplers ignore FAIL trials, and would propose it again); one clearly
@@ -16,6 +20,7 @@ for its evidence and is judged against it. Server info and provenance come from
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import secrets
@@ -35,6 +40,7 @@ from autoresearch.baseline import (
 from autoresearch.db import ResultsDB
 from autoresearch.drift import DriftWatch, conditions
 from autoresearch.errors import BaselineFailed, Unmeasured
+from autoresearch.judging import JUDGED, PENDING, TierRunner
 from autoresearch.memory import memory_calibration
 from autoresearch.objectives import NOT_MEASURED, objectives_from_bench
 from autoresearch.outcome import TrialOutcome
@@ -55,7 +61,6 @@ from eval import (
     gate_candidate,
     get_suite,
     measure_fidelity,
-    run_suite,
 )
 from eval.errors import EvalError, TasksetRunError
 from openai_client import ClientError, Endpoint
@@ -88,9 +93,20 @@ class _Record:
     constraints: dict[str, float] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
     outcome: TrialOutcome | None = None  # set by the stage that ends the trial
+    stage_s: dict[str, float] = field(default_factory=dict)  # seconds per stage: the night plan's measured rates
+    _current: tuple[str, float] | None = None
 
     def stage(self, name: str) -> None:
+        self._time_stage()
+        self._current = (name, time.monotonic())
         self.trial.set_user_attr("stage", name)
+
+    def _time_stage(self) -> None:
+        if self._current is not None:
+            name, started = self._current
+            self.stage_s[name] = self.stage_s.get(name, 0.0) + time.monotonic() - started
+            self.trial.set_user_attr("stage_s", {k: round(v, 3) for k, v in self.stage_s.items()})
+            self._current = None
 
     def fail(self, constraint: str, reason: str) -> None:
         self.constraints[constraint] = VIOLATED
@@ -102,6 +118,7 @@ class _Record:
 
     def close(self) -> None:
         """The trial's one record of how it ended; a trial that ended in no outcome (an error) writes none."""
+        self._time_stage()
         if self.outcome is None:
             return
         for key, value in self.constraints.items():
@@ -134,6 +151,7 @@ class TrialRunner:
                                                                          SuiteOverrides(**plan.suite_overrides))
         self.memory = MemoryModel(space.context.model) if plan.engine == "exllamav3" else None
         self.drift = DriftWatch(plan, db, space)  # re-measures the baseline, and says when not to prune
+        self.tier = TierRunner(plan, self.suite, store, db) if self.suite is not None else None
 
     # ---- the objective ----
 
@@ -174,11 +192,14 @@ class TrialRunner:
         if not self._fits(trial, config, record):
             return record.end(TrialOutcome.INFEASIBLE)
         record.constraints["fits"] = OK
+        self._stage(record, "waiting for the baseline")
         baseline = self._wait_for_baseline(trial)
         self.drift.before_launch(trial)  # a fresh reading of the baseline, when one is due
 
         try:
-            with self._server(trial, config) as server:
+            self._stage(record, "launch")
+            with contextlib.ExitStack() as stack:  # the task tier may stop this server before the baseline's starts
+                server = stack.enter_context(self._server(trial, config))
                 record.constraints["launch_ok"] = OK
                 self._stage(record, "bench")
                 try:
@@ -212,37 +233,60 @@ class TrialRunner:
                     return record.end(TrialOutcome.FIDELITY_ERROR, (decode, prefill))
                 self._measure(trial, config, "fidelity", {"measurement_id": fidelity.measurement_id,
                                                           "metrics": fidelity.metrics})
-                gate = gate_candidate(self.store, model_manifest_hash=self.plan.model.manifest_hash,
-                                      candidate_label=self._label(trial, config), baseline_label=baseline.label,
-                                      policy=self.plan.gate_policy, floor=baseline.fidelity_floor,
-                                      candidate_fidelity=fidelity)
+                trial.set_user_attr("fidelity_measurement_id", fidelity.measurement_id)
+                trial.set_user_attr("gate_label", self._label(trial, config))
+                judge_here = self.tier is not None and self.plan.task_tier_scope == "every"
+                gate = self._fidelity_gate(trial, config, baseline, fidelity, save=not judge_here)
                 if not gate.decision.passed:
+                    if judge_here:  # fidelity was the last tier this trial ran: its one decision row
+                        gate = self._fidelity_gate(trial, config, baseline, fidelity, save=True)
                     return self._gated(trial, config, record, gate, decode, prefill)
                 record.constraints["fidelity"] = OK
-
-                if self.suite is None:
-                    record.constraints["tasks"] = OK
-                    record.reasons.append("task suite not run (--suite none): gated on fidelity only")
-                    return self._gated(trial, config, record, gate, decode, prefill)
-                self._stage(record, "tasks")
-                try:
-                    suite = self._suite(trial, config, server, paired_with=baseline.suite)
-                except TasksetRunError:
-                    if self._server_failure(server) is None:
-                        raise  # the evaluator itself broke: stop and say so
-                    suite = None
-                failure = self._server_failure(server)
-                if failure:  # the suite's requests died with the server: not the model's answers
-                    record.fail("launch_ok", failure)
-                    return record.end(TrialOutcome.CRASHED)
-                gate = gate_candidate(self.store, model_manifest_hash=self.plan.model.manifest_hash,
-                                      candidate_label=self._label(trial, config), baseline_label=baseline.label,
-                                      policy=self.plan.gate_policy, floor=baseline.fidelity_floor,
-                                      candidate_fidelity=fidelity, baseline_suite=baseline.suite,
-                                      candidate_suite=suite)
-                return self._gated(trial, config, record, gate, decode, prefill)
+                return self._task_tier(trial, config, record, gate, (decode, prefill),
+                                       server=server, stop_server=stack.close, baseline=baseline, fidelity=fidelity)
         except LaunchError as exc:
             return self._launch_failed(trial, config, record, exc)
+
+    def _task_tier(self, trial, config: ServingConfig, record: _Record, gate, values: tuple[float, float], *,
+                   server, stop_server, baseline: BaselineEvidence, fidelity) -> tuple[float, float]:
+        """After fidelity passed: the task tier in this trial (--task-tier-scope every), pending for the
+        finalists' stage (finalists), or none (--suite none)."""
+        if self.tier is None:
+            record.constraints["tasks"] = OK
+            record.reasons.append("task suite not run (--suite none): gated on fidelity only")
+            return self._gated(trial, config, record, gate, *values)
+        if self.plan.task_tier_scope != "every":  # judged by the finalists' stage if it can become champion
+            trial.set_user_attr("task_tier", PENDING)
+            record.reasons.append("task tier pending: judged by the finalists' stage before it can be "
+                                  "crowned (--task-tier-scope finalists)")
+            return self._gated(trial, config, record, gate, *values)
+        self._stage(record, "tasks")
+        released = []
+
+        def release() -> None:  # one server at a time: the candidate's goes down before the baseline's starts
+            released.append(True)
+            stop_server()
+
+        try:
+            gate, _ = self.tier.judge(trial.study, trial=trial.number, label=self._label(trial, config),
+                                      config=config, baseline=baseline, fidelity=fidelity, server=server,
+                                      release=release)
+        except TasksetRunError:
+            if released or self._server_failure(server) is None:
+                raise  # the evaluator itself broke: stop and say so
+        failure = None if released else self._server_failure(server)
+        if failure:  # the suite's requests died with the server: not the model's answers
+            record.fail("launch_ok", failure)
+            return record.end(TrialOutcome.CRASHED)
+        trial.set_user_attr("task_tier", JUDGED)
+        return self._gated(trial, config, record, gate, *values)
+
+    def _fidelity_gate(self, trial, config: ServingConfig, baseline: BaselineEvidence, fidelity,
+                       *, save: bool):
+        return gate_candidate(self.store, model_manifest_hash=self.plan.model.manifest_hash,
+                              candidate_label=self._label(trial, config), baseline_label=baseline.label,
+                              policy=self.plan.gate_policy, floor=baseline.fidelity_floor, candidate_fidelity=fidelity,
+                              save=save)
 
     def _launch_failed(self, trial, config: ServingConfig, record: _Record, exc: LaunchError) -> tuple[float, float]:
         record.fail("launch_ok", f"{exc.reason}: {exc}")
@@ -309,8 +353,10 @@ class TrialRunner:
                 serve=lambda launch: self._server(trial, config, launch=launch), store=self.store,
                 probe_set=self.probe_set, model_manifest_hash=self.plan.model.manifest_hash, label=label,
                 floor_label=label + "#2", measure=measure,
-                suite=(lambda server, attempt: self._suite(trial, config, server, attempt=attempt)) if self.suite is not None else None,
-                task_policy=self.plan.gate_policy.tasks, stage=lambda name: self._stage(record, name))
+                suite=(lambda server: self.tier.baseline_first(server, label=label, trial=trial.number,
+                                                               config_digest=config.digest))
+                if self.tier is not None else None,
+                stage=lambda name: self._stage(record, name))
         except BaselineFailed as exc:
             record.fail(exc.constraint, str(exc))
             record.end(TrialOutcome(exc.outcome))
@@ -340,7 +386,6 @@ class TrialRunner:
         return record.end(TrialOutcome.BASELINE, (decode, prefill))
 
     def _wait_for_baseline(self, trial: optuna.Trial) -> BaselineEvidence:
-        self._stage_name(trial, "waiting for the baseline")
         return wait_for_baseline(trial, store=self.store, db=self.db, study_name=self.plan.study_name,
                                  baseline_params=lambda: baseline_trial_params(self.plan, self.space))
 
@@ -380,7 +425,8 @@ class TrialRunner:
         return False
 
     def _server(self, trial: optuna.Trial, config: ServingConfig, launch: int = 0):
-        self._stage_name(trial, "launch")
+        if trial.user_attrs.get("stage") != "launch":  # a record that already timed it as a stage
+            self._stage_name(trial, "launch")
         study_dir = self.plan.study_dir
         log_path = study_dir / "logs" / f"trial-{trial.number:04d}-{config.digest[:12]}-{launch}.log"
         return serve(model_dir=self.plan.model.path, config=config, log_path=log_path, pid_dir=study_dir / "servers",
@@ -410,19 +456,6 @@ class TrialRunner:
                 self._measure(trial, config, "memory", {"predicted_peak_bytes": estimate.peak_bytes,
                                                         "measured_peak_bytes": peak}, launch=launch)
                 trial.set_user_attr("measured_peak_bytes", peak)
-        return result
-
-    def _suite(self, trial: optuna.Trial, config: ServingConfig, server, *, paired_with=None, attempt: int = 0):
-        name = f"trial-{trial.number:04d}-{config.digest[:12]}" + (f"-{attempt}" if attempt else "")
-        run_dir = (self.plan.study_dir / "suites" / name).resolve()
-        endpoint = Endpoint(url=server.url)  # run_suite names the served model
-        # an EvalError here (missing data or environments) propagates: the whole run cannot gate
-        result = run_suite(self.suite, endpoint, store=self.store, label=self._label(trial, config),
-                           model_manifest_hash=self.plan.model.manifest_hash,
-                           overrides=SuiteOverrides(**self.plan.suite_overrides), run_dir=run_dir,
-                           paired_with=paired_with, policy=self.plan.gate_policy.tasks)
-        self._measure(trial, config, "suite", {"suite_run_id": result.suite_run_id, "suite": result.suite,
-                                               "tasksets": result.tasksets})
         return result
 
     def _measure(self, trial, config: ServingConfig, kind: str, payload: dict, launch: int = 0) -> None:

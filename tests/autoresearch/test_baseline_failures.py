@@ -1,17 +1,15 @@
 """A baseline fails like any trial, with its reason in the trial, and stops the study: nothing can be
-judged against it. Its task suite is run once more when it had operational failures."""
+judged against it. (Its task suite's answers are answered once more when they had operational failures:
+tests/autoresearch/test_task_tier.py, where the lazy baseline answers.)"""
 
 from __future__ import annotations
 
 import optuna
 import pytest
 
-from autoresearch.baseline import _reference_suite
-from autoresearch.errors import BaselineFailed, BaselineUnmeasured
+from autoresearch.errors import BaselineFailed
 from autoresearch.outcome import TrialOutcome
 from autoresearch.report import write_report
-from eval.decision import TaskPolicy
-from eval.records import EpisodeOutcome, SuiteResult, TasksetResult
 from serving.errors import OutOfMemoryAtLoad
 
 from .fakes import FakeLauncher
@@ -66,39 +64,3 @@ def test_a_baseline_whose_reference_cannot_be_captured_says_so(tmp_path, small_m
     trial = _fail_baseline(env)
     assert TrialOutcome.of(trial) is TrialOutcome.EVAL_ERROR and constraints(trial)["fidelity"] > 0
     assert trial.user_attrs["reasons"][0].startswith("the baseline's reference stage failed: EndpointError: GET")
-
-
-def _taskset(failed: int, n: int = 600) -> TasksetResult:
-    """A judged-size taskset, correct on every other task; the first `failed` episodes failed operationally."""
-    episodes = tuple(EpisodeOutcome(task_key=f"t{i:04d}", task_idx=i, ok=i >= failed,
-                                    reward=None if i < failed else float(i % 2 == 0), truncated=False, output_tokens=10,
-                                    model_time_s=0.1, error="ProviderError: down" if i < failed else None,
-                                    started_at=1000.0 + i)
-                     for i in range(n))
-    ok = [e for e in episodes if e.ok]
-    return TasksetResult(name="rg-math", taskset_id="rg-math", max_tokens=4096, tasks=n, rollouts=n,
-                         failures=n - len(ok), truncations=0, reward_mean=sum(e.reward for e in ok) / len(ok),
-                         output_tokens=10 * n, model_time_s=0.1 * n, output_tok_per_s=100.0, run_dir="/runs/x",
-                         episodes=episodes)
-
-
-def _suite(failed: int) -> SuiteResult:
-    return SuiteResult(suite="offline", run_dir="/runs/x", tasksets=(_taskset(failed),))
-
-
-def test_a_baseline_suite_run_with_failures_is_run_once_more():
-    runs = [_suite(failed=3), _suite(failed=0)]
-    attempts: list[int] = []
-
-    def run(attempt: int) -> SuiteResult:
-        attempts.append(attempt)
-        return runs[attempt]
-
-    policy = TaskPolicy(max_candidate_failures=0)
-    assert _reference_suite(run, policy) is runs[1] and attempts == [0, 1]
-    runs[1] = _suite(failed=2)  # failed again: it cannot be the reference
-    attempts.clear()
-    with pytest.raises(BaselineUnmeasured, match="failed operationally") as caught:
-        _reference_suite(run, policy)
-    assert attempts == [0, 1] and (caught.value.constraint, caught.value.outcome) == ("tasks", "baseline_tasks_invalid")
-    assert _reference_suite(lambda attempt: _suite(failed=0), policy).tasksets[0].failures == 0

@@ -128,3 +128,36 @@ def test_a_stored_study_reports_and_exports_on_a_machine_without_its_model(embed
     result = run_loop(tmp_path, env, "export", "--study", name, "--storage", storage, "--out", "c.json", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert ServingConfig.from_json((tmp_path / "c.json").read_text()).engine == "transformers"
+
+
+def test_one_gate_decision_per_candidate_and_no_champion_without_its_task_tier(embedded_study):
+    study = _study(embedded_study)
+    engine = sa.create_engine(embedded_study.db_url)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT id, candidate_label, candidate_suite_run_id FROM eval_decisions")).all()
+    labels = [r[1] for r in rows]
+    assert labels and len(labels) == len(set(labels)), labels  # before: a passing row after fidelity, then another
+    gated = {t.number: t for t in study.get_trials() if t.user_attrs.get("gate_decision_id")}
+    assert sorted(t.user_attrs["gate_decision_id"] for t in gated.values()) == sorted(r[0] for r in rows)
+    champion = study.user_attrs["champion"]
+    if not champion["is_baseline"]:  # crowned only after its task tier (here: its smoke run) completed
+        row = next(r for r in rows if r[0] == gated[champion["trial"]].user_attrs["gate_decision_id"])
+        assert row[2] is not None
+
+
+def test_the_night_plan_is_printed_and_kept(embedded_study):
+    out = embedded_study.result.stdout
+    assert "night plan before the first trial:" in out
+    assert "night plan once the baseline measured its rates:" in out
+    kept = _study(embedded_study).user_attrs["night_plan"]
+    assert kept["when"] == "night plan once the baseline measured its rates" and "measured by this study" in kept["text"]
+    assert "## Night plan (night plan once the baseline measured its rates)" in \
+        (embedded_study.cwd / "RESULTS.md").read_text()
+
+
+def test_plan_command_reads_the_rates_a_stored_study_measured(embedded_study):
+    study = _study(embedded_study)
+    result = run_loop(embedded_study.cwd, embedded_study.env, "plan", "--study", study.study_name, "--hours", "1")
+    assert result.returncode in (0, 1), result.stderr
+    assert "rates measured by this study" in result.stdout and "trials through launch, bench and fidelity" in \
+        result.stdout

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import math
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from autoresearch.forecast import expected_longest_walk, expected_walk, plan_night, stated_rates
+from autoresearch.progress import Progress
 from eval.decision import TaskPolicy
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
 
+ROOT = Path(__file__).resolve().parents[2]
 OFFLINE = get_suite("offline")
 
 
@@ -99,3 +104,35 @@ def test_small_tasksets_and_long_answers_are_problems_of_the_plan():
     assert any("power" in p and "rg-math" in p for p in f.problems)
     assert any("hit the 512-token budget" in p for p in f.problems)
     assert any("--suite-max-tokens" in a for a in f.advice)
+
+
+def test_the_plan_is_the_progress_displays_forecast():
+    rates = stated_rates(OFFLINE, decode_tok_s=400, prefill_tok_s=5000, answer_tokens=300, launch_s=60, bench_s=90,
+                         fidelity_s=30)
+    f = plan_night(rates, policy=TaskPolicy(), hours=8, finalists=2, finalist_launches=2)
+    now = [1000.0]
+    progress = Progress(study="s", trials=10, hours=None, live=False, forecast=f.expected_s, clock=lambda: now[0])
+    progress.trial_started(1, "candidate", "abcdef123456")
+    progress.stage("bench")
+    now[0] += 40
+    assert progress.stage_eta_s() == pytest.approx(50.0)  # 90 s planned, 40 s in
+    assert progress.study_eta_s() == pytest.approx(10 * f.trial_s - 40)  # the plan's trials, before any is measured
+    now[0] += 500
+    assert progress.stage_eta_s() == 0.0  # overdue: zero, not negative
+    progress.stage("reference")  # a stage the plan does not predict, and none measured yet
+    assert progress.stage_eta_s() is None
+
+
+def _plan_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autoresearch", "plan", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+
+
+def test_plan_command_from_stated_rates():
+    fits = _plan_cli("--hours", "8", "--decode-tok-s", "400", "--prefill-tok-s", "5000", "--answer-tokens", "300")
+    assert fits.returncode == 0, fits.stderr
+    assert "trials through launch, bench and fidelity" in fits.stdout and "fits:" in fits.stdout
+    short = _plan_cli("--hours", "8", "--decode-tok-s", "43", "--prefill-tok-s", "700", "--answer-tokens", "3000")
+    assert short.returncode == 1 and "CANNOT" in short.stdout and "would: --hours" in short.stdout
+    missing = _plan_cli("--hours", "8")
+    assert missing.returncode == 2 and "--decode-tok-s" in missing.stderr

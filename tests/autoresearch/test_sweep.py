@@ -70,7 +70,7 @@ def test_the_baseline_is_measured_first_in_both_launches_then_reference_suite_an
     run = run_baseline(serve=_serve(calls), store=_Store(), probe_set=SimpleNamespace(digest="d"),
                        model_manifest_hash="h", label="b", floor_label="b#2",
                        measure=lambda server, n: calls.append(f"bench@{server.url}") or n,
-                       suite=lambda server, attempt: calls.append(f"suite@{server.url}") or suite_ok,
+                       suite=lambda server: calls.append(f"suite@{server.url}") or suite_ok,
                        stage=stages.append)
     assert calls == ["launch 0", "bench@s0", "capture@s0", "suite@s0", "launch 1", "bench@s1", "floor@s1:b#2"]
     assert stages == ["bench", "reference", "tasks", "noise floor"]

@@ -47,6 +47,7 @@ class ScriptedAnswers:
     asked: dict[str, list[int]] = field(default_factory=dict)  # side/taskset -> positions answered
     kill_after: int | None = None  # raise KeyboardInterrupt after this many answers in the next call
     truncated: bool = False
+    failing: int = 0  # the next answers that fail operationally (the server or the harness down)
     clock: float = field(default_factory=time.time)
 
     def __call__(self, server, spec, skip, chunk_dir, stop_when):
@@ -63,7 +64,10 @@ class ScriptedAnswers:
             self.clock += 1.0
             reward = 1.0 if _correct(side, spec.name, position) else 0.0
             finish = "length" if self.truncated else "stop"
-            line = {"ok": True, "task": {"key": f"{spec.name}-{position}", "data": {"idx": position}},
+            ok = self.failing <= 0
+            self.failing -= 1
+            line = {"ok": ok, "errors": [] if ok else [{"type": "ProviderError", "message": "down"}],
+                    "task": {"key": f"{spec.name}-{position}", "data": {"idx": position}},
                     "traces": [{"ok": True, "rewards": {"r": {"score": reward}}, "timing": {"start": self.clock},
                                 "calls": [{"usage": {"completion_tokens": 20}, "finish_reason": finish,
                                            "time": {"start": self.clock, "end": self.clock + 0.5}}]}]}
@@ -173,6 +177,22 @@ def test_the_baseline_rules_apply_to_what_it_answered(tmp_path):
     assert caught.value.outcome == "baseline_tasks_invalid"
 
 
+def test_baseline_answers_with_failures_are_answered_once_more_then_stop_the_study(tmp_path):
+    first = first_walk(POLICY, 2)
+    answers = ScriptedAnswers(failing=3)
+    tier = TaskTier(SUITE, POLICY, answer=answers, baseline_dir=tmp_path / "baseline")
+    result = tier.baseline_first("baseline")
+    assert [t.failures for t in result.tasksets] == [0, 0] and [t.tasks for t in result.tasksets] == [first, first]
+    assert {k: len(v) for k, v in answers.asked.items()} == {f"baseline/{s.name}": 2 * first for s in SUITE.tasksets}
+    assert (tmp_path / "baseline" / f"{SUITE.tasksets[0].name}.set-aside-0").is_dir()  # kept, out of the way
+
+    failing_again = ScriptedAnswers(failing=2 * first + 1)  # the second attempt fails too: not the reference
+    tier = TaskTier(SUITE, POLICY, answer=failing_again, baseline_dir=tmp_path / "again")
+    with pytest.raises(BaselineUnmeasured, match="failed operationally") as caught:
+        tier.baseline_first("baseline")
+    assert (caught.value.constraint, caught.value.outcome) == ("tasks", "baseline_tasks_invalid")
+
+
 def test_a_smoke_tier_answers_everything_and_judges_nothing(tmp_path):
     small = apply_overrides(SUITE, SuiteOverrides(limit=4, max_tokens=16))
     smoke = TaskPolicy(mode="smoke")
@@ -184,3 +204,45 @@ def test_a_smoke_tier_answers_everything_and_judges_nothing(tmp_path):
     assert {k: len(v) for k, v in answers.asked.items()} == {
         f"{side}/{s.name}": 4 for side in ("baseline", "lossy-b") for s in small.tasksets}
 
+
+def _finalist(number: int, tier: str | None):
+    import optuna
+
+    t = optuna.trial.create_trial(values=[1.0, 1.0], user_attrs={"task_tier": tier} if tier else {})
+    t.number = number
+    return t
+
+
+def test_who_is_judged_fastest_qualified_finalist_first_until_one_passes():
+    from autoresearch.finalists import _judge_tasks
+
+    finalists = [_finalist(n, "pending") for n in (1, 2, 3, 4)]
+    verdicts = {1: {"qualified": True, "speedup": 1.2}, 2: {"qualified": True, "speedup": 1.5},
+                3: {"qualified": False, "speedup": 1.9, "reason": "slower on decode"},
+                4: {"qualified": True, "speedup": 1.1}}
+    judged: list[int] = []
+
+    def judge(t):
+        judged.append(t.number)
+        return {"passed": t.number != 2, "reasons": [] if t.number != 2 else ["rg-math: lost 9, gained 0"]}
+
+    _judge_tasks(finalists, verdicts, judge)
+    assert judged == [2, 1]  # fastest qualified first; the unqualified 3 is never judged; 4 not needed
+    assert verdicts[2]["qualified"] is False and "task tier failed: rg-math: lost 9" in verdicts[2]["reason"]
+    assert verdicts[1]["qualified"] is True and verdicts[1]["task_tier"]["passed"]
+    assert verdicts[4]["qualified"] is False and "not judged" in verdicts[4]["reason"]
+    crowned = max((n for n, v in verdicts.items() if v["qualified"]), key=lambda n: verdicts[n]["speedup"])
+    assert crowned == 1
+
+
+def test_no_finalist_is_crowned_when_none_passes_and_judged_in_trial_needs_no_second_judgment():
+    from autoresearch.finalists import _judge_tasks
+
+    verdicts = {1: {"qualified": True, "speedup": 1.3}, 2: {"qualified": True, "speedup": 1.2}}
+    _judge_tasks([_finalist(1, "pending"), _finalist(2, "pending")], verdicts,
+                 lambda t: {"passed": False, "reasons": ["smoke run did not complete"]})
+    assert not any(v["qualified"] for v in verdicts.values())  # the baseline stays
+    judged: list[int] = []
+    verdicts = {1: {"qualified": True, "speedup": 1.3}}
+    _judge_tasks([_finalist(1, "judged")], verdicts, lambda t: judged.append(t.number) or {"passed": False})
+    assert judged == [] and verdicts[1]["qualified"]  # --task-tier-scope every judged it in its trial

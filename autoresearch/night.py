@@ -1,0 +1,137 @@
+"""The night plan where the loop and the CLI meet it: rates from flags or from a stored study, printed
+and kept in the study (RESULTS.md shows the latest), and `python -m autoresearch plan`.
+
+The arithmetic is autoresearch.forecast's; this module only finds its inputs and says the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import optuna
+
+from autoresearch.db import ResultsDB
+from autoresearch.forecast import SCOPES, Forecast, Rates, measured_rates, plan_night, stated_rates
+from autoresearch.plan import RunPlan
+from eval.decision import TaskPolicy
+from eval.suites import SuiteSpec
+
+__all__ = ["PLAN_KEY", "add_rate_arguments", "announce", "announce_plan", "assumed_rates", "forecast_for",
+           "plan_command", "rates_from_args", "stated_from_args", "study_rates"]
+
+log = logging.getLogger(__name__)
+PLAN_KEY = "night_plan"
+_RATE_FLAGS = {  # flag -> (stated_rates argument, help)
+    "--decode-tok-s": ("decode_tok_s", "plan: batch-1 decode tok/s of the model on the target GPU"),
+    "--prefill-tok-s": ("prefill_tok_s", "plan: prefill tok/s at the suite's prompt lengths"),
+    "--answer-tokens": ("answer_tokens", "plan: the model's mean answer length in tokens (thinking included)"),
+    "--prompt-tokens": ("prompt_tokens", "plan: mean prompt length of the suite's tasks (default 300)"),
+    "--batch-gain": ("batch_gain", "plan: aggregate decode at the suite's concurrency over batch-1 (default 1)"),
+    "--launch-s": ("launch_s", "plan: seconds to launch a server (default 120)"),
+    "--bench-s": ("bench_s", "plan: seconds of one bench run (default 180)"),
+    "--fidelity-s": ("fidelity_s", "plan: seconds of one fidelity measurement (default 120)"),
+}
+
+
+def add_rate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task-tier-scope", choices=SCOPES, default="finalists",
+                        help="who the task tier judges: finalists (default: the fidelity-passing configurations "
+                        "the finalists' stage confirms, before one is crowned) or every (each candidate that "
+                        "passes fidelity, inside its trial)")
+    for flag, (_, text) in _RATE_FLAGS.items():
+        parser.add_argument(flag, type=float, help=text)
+
+
+def stated_from_args(args: argparse.Namespace) -> dict:
+    """The rate flags given, as stated_rates' arguments."""
+    return {key: value for flag, (key, _) in _RATE_FLAGS.items()
+            if (value := getattr(args, flag[2:].replace("-", "_"), None)) is not None}
+
+
+def assumed_rates(suite: SuiteSpec, engine: str, stated: dict) -> Rates:
+    """The rates stated, with what is missing assumed (and said to be) until the baseline measures it."""
+    cpu = engine == "transformers"
+    defaults = ({"decode_tok_s": 10.0, "prefill_tok_s": 200.0, "answer_tokens": 32.0, "prompt_tokens": 150.0,
+                 "launch_s": 15.0, "bench_s": 40.0, "fidelity_s": 15.0} if cpu else
+                {"decode_tok_s": 40.0, "prefill_tok_s": 1000.0, "answer_tokens": 1000.0})
+    missing = [k for k in ("decode_tok_s", "prefill_tok_s", "answer_tokens") if k not in stated]
+    source = "stated rates" if not missing else f"assumed rates ({', '.join(missing)} not stated or measured yet)"
+    return stated_rates(suite, **(defaults | stated), source=source)
+
+
+def rates_from_args(args: argparse.Namespace, suite: SuiteSpec) -> Rates:
+    """Stated rates for `plan` without a stored study: decode and prefill tok/s must be given."""
+    stated = stated_from_args(args)
+    if "decode_tok_s" not in stated or "prefill_tok_s" not in stated:
+        raise ValueError("state the machine's rates (--decode-tok-s and --prefill-tok-s, and --answer-tokens), "
+                         "or name a stored study (--study, --storage)")
+    return assumed_rates(suite, "exllamav3", stated)
+
+
+def study_rates(study: optuna.Study, db: ResultsDB, suite: SuiteSpec, fallback: Rates) -> Rates:
+    """The rates this study has measured so far (the baseline's answers, every trial's stage times)."""
+    trials = study.get_trials(deepcopy=False)
+    baseline = next((t.number for t in trials if t.user_attrs.get("role") == "baseline"
+                     and t.state == optuna.trial.TrialState.COMPLETE), None)
+    runs = [r["payload"] for r in db.measurements(study=study.study_name, kind="suite", trial=baseline)] \
+        if baseline is not None else []
+    return measured_rates(trials, runs, suite, fallback=fallback)
+
+
+def announce(study: optuna.Study | None, forecast: Forecast, when: str) -> None:
+    """Print the plan and keep it in the study (RESULTS.md shows the latest)."""
+    text = f"{when}:\n{forecast.text()}"
+    print(text, end="", flush=True)
+    if study is not None:
+        study.set_user_attr(PLAN_KEY, {"when": when, "text": forecast.text(), "fits": forecast.fits,
+                                       "stage_s": forecast.stage_s(), "total_s": forecast.total_s})
+
+
+def announce_plan(plan: RunPlan, study: optuna.Study, db: ResultsDB, suite: SuiteSpec, when: str, *,
+                  measured: bool) -> Forecast:
+    """The loop's plan for its night, from the stated (or assumed) rates and, once `measured`, the study's own."""
+    rates = assumed_rates(suite, plan.engine, plan.stated_rates)
+    if measured:
+        rates = study_rates(study, db, suite, rates)
+    forecast = forecast_for(rates, policy=plan.gate_policy.tasks, hours=plan.hours, trials=plan.trials,
+                            finalists=plan.finalists, finalist_launches=plan.finalist_launches,
+                            scope=plan.task_tier_scope, judging=plan.gate_policy.tasks.mode == "judge")
+    announce(study, forecast, when)
+    return forecast
+
+
+def forecast_for(rates: Rates, *, policy: TaskPolicy, hours: float | None, trials: int | None, finalists: int,
+                 finalist_launches: int, scope: str, judging: bool) -> Forecast:
+    """The plan for a run stopped by --hours; a run stopped by --trials only is planned for the hours its
+    trials would take."""
+    if hours is None:
+        per = rates.launch_s + rates.bench_s + rates.fidelity_s
+        hours = max((trials or 1) * per / 3600.0, 0.01)
+        probe = plan_night(rates, policy=policy, hours=hours, finalists=finalists,
+                           finalist_launches=finalist_launches, scope=scope, judging=judging, suggest=False)
+        hours = max(hours, (probe.baseline_s + probe.finalists_s + probe.judgment_s + (trials or 1) * probe.trial_s)
+                    / 3600.0)
+    return plan_night(rates, policy=policy, hours=hours, finalists=finalists, finalist_launches=finalist_launches,
+                      scope=scope, judging=judging)
+
+
+def plan_command(args: argparse.Namespace, suite: SuiteSpec, policy: TaskPolicy) -> int:
+    """`python -m autoresearch plan`: the night plan without running, from a stored study or stated rates."""
+    if args.hours is None:
+        raise ValueError("plan: give --hours H, the night to plan")
+    rates = None
+    if args.study:
+        try:
+            study = optuna.load_study(study_name=args.study, storage=args.storage)
+        except KeyError:
+            raise ValueError(f"plan: no study {args.study!r} in {args.storage}") from None
+        fallback = assumed_rates(suite, study.user_attrs.get("engine", "exllamav3"), stated_from_args(args))
+        rates = study_rates(study, ResultsDB(args.storage), suite, fallback)
+    else:
+        rates = rates_from_args(args, suite)
+    forecast = plan_night(rates, policy=policy, hours=args.hours, finalists=args.finalists,
+                          finalist_launches=args.finalist_launches, scope=args.task_tier_scope,
+                          judging=policy.mode == "judge")
+    print(forecast.text(), end="")
+    return 0 if forecast.fits else 1

@@ -109,7 +109,7 @@ def test_bad_arguments_are_usage_errors(embedded_study):
     assert len(_study(embedded_study).get_trials()) == before  # preflight runs before the baseline launches
     result = run_loop(embedded_study.cwd, embedded_study.env, "--model", "/no/such/folder", "--trials", "1",
                       timeout=120)
-    assert result.returncode == 1 and "not a folder" in result.stderr
+    assert result.returncode == 2 and "not a folder" in result.stderr  # a usage mistake (ed7940c)
 
 
 def test_a_stored_study_reports_and_exports_on_a_machine_without_its_model(embedded_study, tmp_path):

@@ -110,9 +110,6 @@ def _run(plan: RunPlan, space) -> int:
             if runner.suite is not None:  # the plan is the task tier's: no suite, nothing to plan
                 progress.forecast = announce_plan(plan, study, db, runner.suite, when, measured=measured).expected_s
 
-        night("night plan before the first trial" if not counted_trials(study) else "night plan on resuming",
-              measured=bool(counted_trials(study)))
-
         def after_trial(study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
             progress.trial_finished(counted_trials(study), best_line(study))
             if _trial.user_attrs.get("role") == "baseline" and _trial.state == optuna.trial.TrialState.COMPLETE:
@@ -127,7 +124,9 @@ def _run(plan: RunPlan, space) -> int:
             log.info("study %s is finished: it has %d trials (--trials %d); to extend it, run the same command "
                      "with --trials N, N > %d", plan.study_name, counted_trials(study), plan.trials,
                      counted_trials(study))
-        if remaining is None or remaining > 0:
+        if remaining is None or remaining > 0:  # a finished study has no night left to plan
+            night("night plan before the first trial" if not counted_trials(study) else "night plan on resuming",
+                  measured=bool(counted_trials(study)))
             try:
                 study.optimize(runner, n_trials=None, timeout=plan.hours * 3600 if plan.hours else None,
                                callbacks=callbacks, catch=(BaselineNotReady,), gc_after_trial=True)

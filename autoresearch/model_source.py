@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from autoresearch.errors import ModelSourceError
+from autoresearch.errors import ModelSourceError, PlanError
 from serving.manifest import build_manifest
 
 __all__ = ["EMBEDDED_DEFAULT", "ResolvedModel", "build_manifest", "resolve_model"]
@@ -53,10 +53,11 @@ def _manifest_path(locks_dir: Path, name: str) -> Path:
 
 
 def _local(model_dir: Path, *, name: str, source: str, locks_dir: Path, embedded: bool = False) -> ResolvedModel:
+    # a wrong --model is a usage mistake (exit 2), found before anything is hashed or created
     if not model_dir.is_dir():
-        raise ModelSourceError(f"--model {model_dir} is not a folder (give a model folder or a Hub id like org/repo@rev)")
+        raise PlanError(f"--model {model_dir} is not a folder (give a model folder or a Hub id like org/repo@rev)")
     if not (model_dir / "config.json").exists():
-        raise ModelSourceError(f"{model_dir} has no config.json: not a model folder")
+        raise PlanError(f"--model {model_dir} has no config.json: not a model folder")
     path = _manifest_path(locks_dir, name)
     previous = None
     if path.exists():

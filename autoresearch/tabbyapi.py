@@ -1,6 +1,6 @@
 """A serving config as TabbyAPI expresses it: a config.yml tree, an EXL3_* environment, and what it cannot say.
 
-TabbyAPI (theroyallab/tabbyAPI, `common/config_models.py`) reads its model settings from config.yml
+TabbyAPI (theroyallab/tabbyAPI main @e632af4, `common/config_models.py`) reads its model settings from config.yml
 and passes EXL3_* variables through the process environment untouched; its load API takes no draft
 settings, so an export is a config.yml plus an environment file. Its schema is pydantic with extra
 keys ignored: a key it does not know is dropped without a word, which is why only keys its schema
@@ -75,7 +75,8 @@ def _unexpressed(args: Exl3Args, *, hybrid: bool) -> list[Unexpressed]:
     differs("recurrent_dtype", "no key; the recurrent state stays half")
     differs("recurrent_checkpoint_interval", "no key")
     differs("recurrent_checkpoint_interval_pp", "no key")
-    differs("dynamic_draft_tokens", "not in the schema read (main @004e837); a newer TabbyAPI may have dynamic_draft")
+    if args.draft_mode == "none":  # Tabby's dynamic_draft applies to its draft_mode; suffix drafting alone has none
+        differs("dynamic_draft_tokens", "draft_model.dynamic_draft applies only with a draft_mode")
     if args.recurrent_cache_size % MIB:
         out.append(Unexpressed("recurrent_cache_size", args.recurrent_cache_size, args.recurrent_cache_size // MIB * MIB,
                                "memory.sysmem_recurrent_cache is whole MB"))
@@ -111,6 +112,8 @@ def to_tabbyapi(config: ServingConfig, *, model_path: Path, hybrid: bool) -> Tab
         draft["ngram_match_min"] = a.ngram_match_min
     if a.num_draft_tokens is not None:
         draft["draft_num_tokens"] = a.num_draft_tokens
+    if a.dynamic_draft_tokens and a.draft_mode != "none":  # TabbyAPI's default (off) is exllamav3's
+        draft["dynamic_draft"] = True
     memory = {"sysmem_recurrent_cache": a.recurrent_cache_size // MIB,
               "cuda_malloc_async": False}  # on, it overrides the allocator exllamav3 and our server run with
     unexpressed = _unexpressed(a, hybrid=hybrid)

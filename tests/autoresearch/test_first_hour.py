@@ -67,6 +67,19 @@ def test_a_mistake_found_with_the_model_creates_nothing(fresh, capsys, argv, mes
     assert sorted(p.name for p in fresh.iterdir()) == ["a-file"]
 
 
+@pytest.mark.parametrize("make, message", [
+    (lambda d: None, "is not a folder (give a model folder or a Hub id like org/repo@rev)"),
+    (lambda d: d.mkdir(), "has no config.json: not a model folder"),
+])
+def test_a_model_folder_that_is_not_there_is_a_usage_mistake(fresh, capsys, make, message):
+    """Before: --model /nonexistent exited 1, the status of a run that failed."""
+    make(fresh.parent / f"{fresh.name}-model")
+    assert main(["--model", str(fresh.parent / f"{fresh.name}-model"), "--trials", "2"]) == 2
+    err = _error(capsys)
+    assert len(err) == 1 and err[0].startswith("error: --model ") and err[0].endswith(message), err
+    assert sorted(p.name for p in fresh.iterdir()) == []
+
+
 def test_a_model_that_is_not_exl3_gets_the_engine_search_space_picks(fresh, tiny_model_dir):
     """Before: the loop picked exllamav3 for any --model (and on a CPU machine its server crashed)."""
     from serving.config import engine_for_checkpoint

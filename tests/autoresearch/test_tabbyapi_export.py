@@ -26,7 +26,8 @@ def _check_value(where: str, value, spec: dict) -> None:
     kind = spec.get("type", "str")
     ok = {"str": isinstance(value, str), "bool": isinstance(value, bool),
           "int": isinstance(value, int) and not isinstance(value, bool),
-          "float": isinstance(value, int | float) and not isinstance(value, bool), "list": isinstance(value, list)}[kind]
+          "float": isinstance(value, int | float) and not isinstance(value, bool), "list": isinstance(value, list),
+          "dict": isinstance(value, dict)}[kind]
     assert ok, f"{where}: {value!r} is not a {kind}"
     if "enum" in spec or "pattern" in spec:
         assert value in spec.get("enum", ()) or re.fullmatch(spec.get("pattern", "(?!)"), value), \
@@ -71,7 +72,7 @@ def test_every_exported_key_is_one_tabbyapis_schema_accepts_in_its_value_form(na
 
 def test_the_validator_refuses_what_tabbyapi_would_drop_or_reject():
     with pytest.raises(AssertionError, match="not in TabbyAPI's schema"):
-        validate({"draft_model": {"dynamic_draft": True}})
+        validate({"draft_model": {"hybrid_draft_tokens": 4}})
     with pytest.raises(AssertionError, match="not one of"):
         validate({"draft_model": {"draft_cache_mode": "8,8"}})  # the pair form: the draft schema refuses it
     with pytest.raises(AssertionError, match="multiple"):
@@ -107,11 +108,22 @@ def test_what_tabbyapi_cannot_express_is_listed_and_the_export_is_not_called_equ
     export = to_tabbyapi(config, model_path=MODEL, hybrid=False)
     assert not export.equivalent
     assert {u.field for u in export.unexpressed} == {"sparse_draft_head", "hybrid_draft_tokens", "prefill_cooldown",
-                                                     "shared_chunk_size", "recurrent_dtype", "dynamic_draft_tokens",
-                                                     "draft_confidence"}
+                                                     "shared_chunk_size", "recurrent_dtype", "draft_confidence"}
+    assert export.config["draft_model"]["dynamic_draft"] is True  # main @e632af4 has draft_model.dynamic_draft
     subset = expressible_subset(config, hybrid=False)
     assert to_tabbyapi(subset, model_path=MODEL, hybrid=False).equivalent
     assert (subset.args.draft_mode, subset.args.max_chunk_size, subset.args.prefill_cooldown) == ("mtp", 4096, 4)
+
+
+def test_dynamic_drafting_is_expressed_with_a_draft_mode_and_not_for_suffix_drafting_alone():
+    mtp = to_tabbyapi(_config({"draft_mode": "mtp", "dynamic_draft_tokens": True}), model_path=MODEL, hybrid=True)
+    assert mtp.equivalent and mtp.config["draft_model"] == {"draft_mode": "mtp", "dynamic_draft": True}
+    assert "dynamic_draft" not in to_tabbyapi(_config(CASES["ngram"]), model_path=MODEL, hybrid=False).config["draft_model"]
+    suffix = _config({"hybrid_draft_tokens": 8, "dynamic_draft_tokens": True})
+    export = to_tabbyapi(suffix, model_path=MODEL, hybrid=False)
+    assert {u.field for u in export.unexpressed} == {"hybrid_draft_tokens", "dynamic_draft_tokens"}
+    assert export.config["draft_model"] == {"draft_mode": "disabled"}
+    assert to_tabbyapi(expressible_subset(suffix, hybrid=False), model_path=MODEL, hybrid=False).equivalent
 
 
 def test_more_recurrent_slots_than_the_batch_cannot_be_expressed_on_a_hybrid_model():

@@ -88,6 +88,10 @@ def test_out_of_memory_is_recorded_with_its_reason_and_the_loop_goes_on(tmp_path
     model = resolve_model(None, locks_dir=tmp_path / "locks", cache_dir=Path(embedded_study.env["AUTORESEARCH_CACHE"]))
     plan = _plan(tmp_path, model, "transformers", study_name=name, trials=10,
                  host_memory_limit_bytes=200 * 1024**2)  # below what the server needs to import torch
+    # A resumed study refuses a new memory limit (autoresearch.study): here the copy is told it was measured
+    # under this one, as a study whose baseline fitted and whose later candidates need more would be.
+    stored = optuna.load_study(study_name=name, storage=plan.storage_url)
+    stored.set_user_attr("settings", {**stored.user_attrs["settings"], "--host-memory-limit": 200 * 1024**2})
     study, space, db, runner = _runner(plan)
     before = len(study.get_trials())
     study.enqueue_trial({**study.get_trials()[0].params, "prefill_chunk_size": 512})

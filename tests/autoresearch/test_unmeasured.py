@@ -54,7 +54,8 @@ def test_a_candidate_missing_one_point_is_a_completed_trial_with_a_reason(tmp_pa
     name = optuna.get_all_study_names(embedded_study.db_url)[0]
     model = resolve_model(None, locks_dir=tmp_path / "locks", cache_dir=Path(embedded_study.env["AUTORESEARCH_CACHE"]))
     study, _, db, runner = _runner(_plan(tmp_path, model, "transformers", study_name=name, trials=10))
-    study.enqueue_trial({**study.get_trials()[0].params, "prefill_chunk_size": 64})
+    # 64 and 128 are levers the embedded study measured already: this configuration would be their duplicate
+    study.enqueue_trial({**study.get_trials()[0].params, "prefill_chunk_size": 256})
     study.optimize(runner, n_trials=1)
     trial = study.get_trials()[-1]
     assert trial.state == optuna.trial.TrialState.COMPLETE
@@ -83,8 +84,9 @@ def test_a_baseline_that_cannot_be_measured_stops_the_study(tmp_path, monkeypatc
     assert "**The study stopped: the baseline could not be measured (launch 0)" in text
     assert "Not decided yet" in text and "speed-up" not in text.split("## Champion")[1].split("##")[0]
     (study_name,) = optuna.get_all_study_names("sqlite:///results.db")
-    (trial,) = optuna.load_study(study_name=study_name, storage="sqlite:///results.db").get_trials()
+    trial, *levers = optuna.load_study(study_name=study_name, storage="sqlite:///results.db").get_trials()
     assert trial.state == optuna.trial.TrialState.FAIL and trial.user_attrs["outcome"] == "unmeasured"
+    assert all(t.state == optuna.trial.TrialState.WAITING for t in levers)  # enqueued at open, never run
     assert len(short_decodes.bodies) < 40  # it stopped at the first launch's bench: no suite, no second launch
 
 
@@ -112,5 +114,6 @@ def test_a_baseline_whose_answers_all_hit_the_budget_stops_a_judged_study(tmp_pa
     text = (tmp_path / "RESULTS.md").read_text()
     assert "**The study stopped: the baseline's task suite cannot be the reference" in text
     (study_name,) = optuna.get_all_study_names("sqlite:///results.db")
-    (trial,) = optuna.load_study(study_name=study_name, storage="sqlite:///results.db").get_trials()
+    trial, *levers = optuna.load_study(study_name=study_name, storage="sqlite:///results.db").get_trials()
     assert trial.user_attrs["outcome"] == "baseline_tasks_invalid"
+    assert all(t.state == optuna.trial.TrialState.WAITING for t in levers)

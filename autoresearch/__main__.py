@@ -320,13 +320,12 @@ def _check_suite_can_run(suite_name: str, overrides: dict) -> None:
     The pinned tasksets installed, their data present and verified, Docker answering and its image built.
     """
     from eval.errors import DataIntegrityError
-    from eval.locks import load_locks
+    from eval.paths import EvalPaths
     from eval.preflight import missing_pieces
-    from eval.snapshots import EvalPaths
 
     suite = _suite_spec(suite_name, overrides)
     try:
-        missing = missing_pieces(suite, locks=load_locks(), paths=EvalPaths.default())
+        missing = missing_pieces(suite, paths=EvalPaths.default())
     except DataIntegrityError as exc:
         raise PlanError(str(exc)) from exc
     if missing:

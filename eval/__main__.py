@@ -171,20 +171,20 @@ def setup_logging(verbose: bool) -> None:
 
 
 def _paths(args):
-    from eval.snapshots import EvalPaths
+    from eval.paths import EvalPaths
 
     return EvalPaths(args.cache_dir.resolve()) if args.cache_dir else EvalPaths.default()
 
 
 def _locks(args):
-    from eval.locks import load_locks
+    from eval.prime import load_locks
 
     return load_locks(args.locks_dir)
 
 
 def cmd_setup(args) -> int:
+    from eval.prime import checkout_dir, ensure_checkout, install_environments, verify_checkout
     from eval.runner import is_installed
-    from eval.sources import checkout_dir, ensure_checkout, install_environments, verify_checkout
 
     locks, paths = _locks(args), _paths(args)
     if args.check:
@@ -208,7 +208,7 @@ def cmd_image(args) -> int:
     import shlex
     import subprocess
 
-    from eval.runtime_image import build_command, image_id, image_tag, write_context
+    from eval.prime import build_command, image_id, image_tag, write_context
 
     context = write_context(args.context or _paths(args).cache_dir / "runtime-image")
     command = build_command(context)
@@ -222,7 +222,7 @@ def cmd_image(args) -> int:
 
 
 def cmd_data(args) -> int:
-    from eval.snapshots import check_dataset, download_dataset
+    from eval.prime import check_dataset, download_dataset
 
     locks, paths = _locks(args), _paths(args)
     names = sorted(locks.datasets) if args.name == "all" else [args.name]

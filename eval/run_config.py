@@ -5,8 +5,9 @@ variables and the Hub libraries read their offline switches at import), with:
 - the EvalConfig data (endpoint, model, greedy sampling, select, rollouts, harness, runtime, budget);
 - the offline environment: HF_HUB_OFFLINE=1, HF_DATASETS_OFFLINE=1, our private HF cache, and a
   fresh derived Arrow cache per run (only verified raw files are reused);
-- the dataset binding from locks/datasets.toml: a knob pointing at the verified snapshot, or a
-  working directory where the Hub name is a symlink to it, or our cache's refs/main.
+- for a Prime taskset's pinned Hub data, its binding from locks/datasets.toml (eval.prime.bind_dataset:
+  a knob pointing at the verified snapshot, or a working directory where the Hub name is a symlink to
+  it, or our cache's refs/main).
 
 Usage:
     launch = build_launch(suite, taskset, endpoint, locks=locks, paths=paths, run_dir=run_dir)
@@ -19,13 +20,15 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eval.errors import EvalConfigError
-from eval.locks import Locks
-from eval.snapshots import EvalPaths, snapshot_dir
+from eval.paths import EvalPaths
 from eval.suites import SuiteSpec, TasksetSpec
 from openai_client import Endpoint  # the project's one Endpoint: its repr never shows the key
+
+if TYPE_CHECKING:  # the Prime suites' pins; the offline suites need none
+    from eval.prime import Locks
 
 __all__ = ["API_KEY_VAR", "TasksetLaunch", "build_launch", "nest_knobs"]
 
@@ -116,7 +119,7 @@ def build_launch(
     spec: TasksetSpec,
     endpoint: Endpoint,
     *,
-    locks: Locks,
+    locks: Locks | None = None,
     paths: EvalPaths,
     run_dir: Path,
     skip: int = 0,
@@ -124,7 +127,8 @@ def build_launch(
     """Everything one worker needs to run `spec` offline against `endpoint`; with `skip`, only the tasks
     after the first `skip` of its selection, in the same order.
 
-    The key stays in memory and the worker's environment only, never in the written config.
+    The key stays in memory and the worker's environment only, never in the written config. `locks`
+    (None: locks/ of this checkout) is read only for a taskset with a pinned Hub dataset.
 
     Raises:
         EvalConfigError: `endpoint` names no model (run_suite resolves it from /v1/models first).
@@ -135,19 +139,14 @@ def build_launch(
         raise EvalConfigError(f"{spec.name}: cannot skip {skip} of {spec.limit} tasks")
     knobs = dict(spec.knobs)
     work = run_dir / spec.name
-    cwd = work
-    symlinks: list[tuple[Path, Path]] = []
-    if spec.dataset is not None:
-        pin = locks.datasets[spec.dataset]
-        snapshot = snapshot_dir(paths, pin)
-        binding = pin.binding
-        if binding.kind == "knob":
-            knobs[binding.knob] = str(snapshot / binding.subdir) if binding.subdir else str(snapshot)
-            knobs.update(dict(binding.extra_knobs))
-        elif binding.kind == "cwd":
-            # The taskset hard-codes the Hub name: datasets resolves a relative local dir first.
-            cwd = work / "local-datasets"
-            symlinks.append((cwd / pin.repo, snapshot))
+    cwd: Path = work
+    symlinks: tuple[tuple[Path, Path], ...] = ()
+    if spec.dataset is not None:  # a Prime taskset's pinned Hub data, bound the way it reads it
+        from eval.prime import bind_dataset, load_locks
+
+        bound = bind_dataset(paths, (locks or load_locks()).datasets[spec.dataset], work=work)
+        knobs.update(bound.knobs)
+        cwd, symlinks = bound.cwd or work, bound.symlinks
     env = {
         "HF_HOME": str(paths.hf_home),
         "HF_HUB_CACHE": str(paths.hub_dir),
@@ -165,5 +164,5 @@ def build_launch(
     }
     config = _eval_config(suite, spec, endpoint, nest_knobs(tuple(knobs.items())), run_dir / "traces", skip)
     return TasksetLaunch(
-        spec=spec, config=config, cwd=cwd, env=env, output_dir=run_dir / "traces", symlinks=tuple(symlinks)
+        spec=spec, config=config, cwd=cwd, env=env, output_dir=run_dir / "traces", symlinks=symlinks
     )

@@ -3,7 +3,9 @@
 Each taskset runs in its own worker process (eval.worker); a candidate's run can be stopped as soon
 as the sequential test against the baseline has decided (`paired_stop_rule`). Before anything runs,
 `preflight` (eval.preflight, also importable from here with `dry_run` and `is_installed`) checks
-that everything the suite needs is here.
+that everything the suite needs is here. The Prime/Docker supply chain (eval.prime) is reached from
+here at one seam, `_supply_chain`: every run records the pins of locks/ it ran under, a Docker run its
+runtime image and the image's id.
 
 Usage:
     result = run_suite(get_suite("offline"), Endpoint(url=url), store=store,   # model: the served one
@@ -24,21 +26,22 @@ import time
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eval.decision import TaskPolicy, compare_taskset
 from eval.errors import EvalConfigError, TasksetRunError
-from eval.locks import Locks, load_locks
+from eval.paths import EvalPaths
 from eval.preflight import DryRunEntry, dry_run, is_installed, preflight
 from eval.records import EpisodeOutcome, SuiteResult, TasksetResult
 from eval.run_config import TasksetLaunch, build_launch
-from eval.runtime_image import image_id
-from eval.snapshots import EvalPaths
 from eval.store import EvalStore
 from eval.suites import SuiteOverrides, SuiteSpec, TasksetSpec
 from eval.traces import TraceTail, summarize_episodes, summarize_traces
 from openai_client import Endpoint
 from results import to_jsonable
+
+if TYPE_CHECKING:  # the Prime suites' pins; the offline suites need none
+    from eval.prime import Locks
 
 __all__ = [
     "DryRunEntry",
@@ -190,7 +193,6 @@ def answer_taskset(suite: SuiteSpec, spec: TasksetSpec, endpoint: Endpoint, *, r
     Raises:
         as run_suite (preflight, a dead endpoint, a crashed worker).
     """
-    locks = locks or load_locks()
     paths = paths or EvalPaths.default()
     preflight(dataclasses.replace(suite, tasksets=(spec,)), locks=locks, paths=paths)
     endpoint, _ = _server_facts(endpoint)
@@ -221,7 +223,20 @@ def _server_facts(endpoint: Endpoint) -> tuple[Endpoint, dict[str, Any] | None]:
         return dataclasses.replace(endpoint, model=model), client.server_info()
 
 
-def _provenance(suite: SuiteSpec, locks: Locks, server: dict[str, Any] | None,
+def _supply_chain(suite: SuiteSpec, locks: Locks | None) -> tuple[Locks, dict[str, Any]]:
+    """The seam to the Prime/Docker supply chain (eval.prime): the pins of locks/ (`locks`, None: this
+    checkout's), which every run records and a Prime suite is checked against, and what a Docker run
+    records of its runtime (the image and its id in the local engine)."""
+    from eval.prime import image_id, load_locks
+
+    locks = locks or load_locks()
+    if suite.runtime.type != "docker":
+        return locks, {}
+    image = suite.runtime.resolved_image
+    return locks, {"image": image, "image_id": image_id(image)}
+
+
+def _provenance(suite: SuiteSpec, locks: Locks, docker: dict[str, Any], server: dict[str, Any] | None,
                 overrides: SuiteOverrides) -> dict[str, Any]:
     versions = {}
     for dist in (
@@ -243,9 +258,7 @@ def _provenance(suite: SuiteSpec, locks: Locks, server: dict[str, Any] | None,
         "locks": {"commit": locks.commit, "digests": locks.digests},
         "server_info": server,
         "overrides": overrides.as_dict(),
-        "runtime": {"type": suite.runtime.type, "max_concurrent": suite.max_concurrent}
-        | ({"image": suite.runtime.resolved_image, "image_id": image_id(suite.runtime.resolved_image)}
-           if suite.runtime.type == "docker" else {}),
+        "runtime": {"type": suite.runtime.type, "max_concurrent": suite.max_concurrent} | docker,
     }
 
 
@@ -275,11 +288,11 @@ def run_suite(
         MissingEnvironment, MissingDataset, DataIntegrityError, RuntimeUnavailable: from preflight.
         TasksetRunError: a worker crashed (ok=false episodes are results, not errors).
     """
-    locks = locks or load_locks()
     paths = paths or EvalPaths.default()
+    locks, docker = _supply_chain(suite, locks)
     preflight(suite, locks=locks, paths=paths)
     endpoint, server_info = _server_facts(endpoint)  # also: is the server up?
-    provenance = _provenance(suite, locks, server_info, overrides or SuiteOverrides())
+    provenance = _provenance(suite, locks, docker, server_info, overrides or SuiteOverrides())
     run_dir = run_dir or new_run_dir(paths, suite.name)
     judging = paired_with is not None and policy is not None and policy.judge
     results = []

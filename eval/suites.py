@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from eval.errors import EvalConfigError
+from eval.plugins import PLUGIN_MODULES
 
 __all__ = [
     "SUITES",
@@ -55,7 +56,7 @@ class SamplingSpec:
 class RuntimeSpec:
     """Where the harness runs.
 
-    Docker (the Prime suites): the project's runtime image (eval/runtime/Dockerfile, `python -m eval
+    Docker (the Prime suites): the project's runtime image (eval/prime/runtime/Dockerfile, `python -m eval
     image`) unless `image` names another; it resolves nothing at run time, and the image id used is
     recorded with each run (eval.runner). The Prime tasksets declare network policies, which only a
     container runtime enforces. Subprocess: on the host, no image (verifiers refuses a taskset that
@@ -63,14 +64,14 @@ class RuntimeSpec:
     """
 
     type: Literal["docker", "subprocess"] = "docker"
-    image: str | None = None  # docker only; None: the project's runtime image (eval.runtime_image.image_tag)
+    image: str | None = None  # docker only; None: the project's runtime image (eval.prime.image_tag)
     cpu: float = 2.0
     memory_gb: float = 4.0
     allow: tuple[str, ...] = ()  # docker egress allow-list: framework-only network
 
     @property
     def resolved_image(self) -> str:
-        from eval.runtime_image import image_tag
+        from eval.prime import image_tag  # Docker only: the runtime image is eval.prime's
 
         return self.image or image_tag()
 
@@ -132,6 +133,14 @@ class SuiteSpec:
             raise EvalConfigError(f"suite {self.name}: no tasksets")
         if self.max_concurrent < 1:
             raise EvalConfigError(f"suite {self.name}: max_concurrent must be >= 1, got {self.max_concurrent}")
+
+    @property
+    def needs_prime(self) -> bool:
+        """Whether running this suite needs the Prime/Docker supply chain (eval.prime): a taskset that is not
+        this package's own, a pinned Hub dataset, or the Docker runtime. The offline suites need none of it."""
+        return self.runtime.type == "docker" or any(
+            t.taskset_id not in PLUGIN_MODULES or t.dataset is not None for t in self.tasksets
+        )
 
     def taskset(self, name: str) -> TasksetSpec:
         for t in self.tasksets:

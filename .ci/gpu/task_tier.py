@@ -27,10 +27,10 @@ from pathlib import Path
 from autoresearch.plan import default_probe_config
 from eval import EvalStore, GatePolicy, build_probe_set, capture_reference, gate_candidate, measure_fidelity
 from eval.decision import baseline_problems
+from eval.paths import EvalPaths
 from eval.records import SuiteResult
 from eval.run_config import Endpoint
 from eval.runner import run_suite
-from eval.snapshots import EvalPaths
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
 from serving.config import ServingConfig
 from serving.launcher import LaunchSpec, free_port, launch

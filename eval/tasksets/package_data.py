@@ -7,7 +7,7 @@ from importlib import metadata
 from pathlib import Path
 
 from eval.errors import DataIntegrityError, MissingDataset
-from eval.locks import load_locks
+from eval.lockfiles import offline_package_pins
 
 __all__ = ["verified_package_dir"]
 
@@ -16,10 +16,11 @@ def verified_package_dir(distribution: str, module_dir: Path) -> Path:
     """`module_dir` after checking the installed `distribution` against its pin.
 
     Raises:
+        LockError: locks/offline-data.toml is missing or malformed.
         MissingDataset: the package is not installed.
         DataIntegrityError: another version is installed, or a pinned file differs.
     """
-    pin = load_locks().offline_packages[distribution]
+    pin = offline_package_pins()[distribution]
     try:
         installed = metadata.version(distribution)
     except metadata.PackageNotFoundError as exc:

@@ -8,9 +8,9 @@ import pytest
 
 from eval.errors import EndpointError
 from eval.fidelity import capture_reference
+from eval.paths import EvalPaths
 from eval.probes import ProbeSetConfig, build_probe_set
 from eval.runner import run_suite
-from eval.snapshots import EvalPaths
 from eval.store import EvalStore
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
 from openai_client import Endpoint

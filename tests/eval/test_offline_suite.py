@@ -10,10 +10,10 @@ import httpx
 import pytest
 
 from eval.errors import EndpointError
-from eval.locks import load_locks
+from eval.paths import EvalPaths
+from eval.prime.locks import load_locks
 from eval.run_config import build_launch
 from eval.runner import run_suite, run_taskset
-from eval.snapshots import EvalPaths
 from eval.store import EvalStore
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
 from openai_client import Endpoint

@@ -16,10 +16,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from eval.decision import TaskPolicy, compare_taskset
-from eval.locks import load_locks
+from eval.paths import EvalPaths
+from eval.prime.locks import load_locks
 from eval.run_config import build_launch
 from eval.runner import paired_stop_rule, run_taskset
-from eval.snapshots import EvalPaths
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
 from openai_client import Endpoint
 from tests.eval.test_tasksets import load_offline_tasks

@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from eval.errors import EvalConfigError, MissingDataset, MissingEnvironment
-from eval.locks import load_locks
+from eval.paths import EvalPaths
+from eval.prime.locks import load_locks
 from eval.runner import dry_run, preflight
-from eval.snapshots import EvalPaths
 from eval.suites import SuiteOverrides, TasksetSpec, apply_overrides, get_suite
 
 
@@ -259,7 +259,7 @@ def test_each_missing_piece_is_one_line_naming_it_and_its_fix(tmp_path, monkeypa
 
 def test_a_docker_suite_whose_image_is_not_built_names_the_image_command(tmp_path, monkeypatch):
     from eval.errors import RuntimeUnavailable
-    from eval.runtime_image import image_tag
+    from eval.prime.runtime_image import image_tag
 
     _fake_docker(tmp_path, monkeypatch, engine_up=True)
     with pytest.raises(RuntimeUnavailable) as info:

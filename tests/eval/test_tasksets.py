@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from eval.errors import DataIntegrityError
-from eval.locks import default_locks_dir
+from eval.lockfiles import default_locks_dir
 from eval.plugins import register_plugins
 from eval.tasksets.package_data import verified_package_dir
 

@@ -6,7 +6,7 @@ another commit or has local changes. Each environment is installed from its path
 interpreter with `pip install --no-deps` (the eval extra already provides verifiers and datasets;
 an environment must not replace the pinned verifiers), after checking its declared version and Python;
 then its other declared dependencies are installed under a constraint that keeps verifiers pinned, and
-verifiers' own loader must accept it (eval.environment_checks).
+verifiers' own loader must accept it (eval.prime.environment_checks).
 
 Usage:
     checkout = ensure_checkout(locks, paths)      # needs GitHub on first use
@@ -22,10 +22,10 @@ import sys
 import tomllib
 from pathlib import Path
 
-from eval.environment_checks import loading_problem, python_problem, unmet_requirements
 from eval.errors import LockError, SourceUnavailable
-from eval.locks import EnvironmentPin, Locks
-from eval.snapshots import EvalPaths
+from eval.paths import EvalPaths
+from eval.prime.environment_checks import loading_problem, python_problem, unmet_requirements
+from eval.prime.locks import EnvironmentPin, Locks
 
 __all__ = [
     "checkout_dir",
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 
 def checkout_dir(paths: EvalPaths) -> Path:
-    return paths.sources_dir / "prime-environments"
+    return paths.cache_dir / "sources" / "prime-environments"
 
 
 def _git(args: list[str], cwd: Path, *, timeout_s: float = 600) -> subprocess.CompletedProcess:

@@ -9,8 +9,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from eval.errors import DataIntegrityError, MissingDataset, SourceUnavailable
-from eval.locks import DatasetBinding, DatasetPin, FilePin
-from eval.snapshots import EvalPaths, check_dataset, download_dataset, snapshot_dir
+from eval.paths import EvalPaths
+from eval.prime.locks import DatasetBinding, DatasetPin, FilePin
+from eval.prime.snapshots import check_dataset, download_dataset, snapshot_dir
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 

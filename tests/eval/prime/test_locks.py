@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from eval.errors import LockError
-from eval.locks import default_locks_dir, load_locks
+from eval.prime.locks import default_locks_dir, load_locks
 from eval.suites import SUITES
 
 

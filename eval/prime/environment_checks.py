@@ -36,7 +36,7 @@ def python_problem(name: str, project_dir: Path) -> str | None:
     version = platform.python_version()
     if requires and not SpecifierSet(requires).contains(version, prereleases=True):
         return (f"{name}: requires Python {requires}; the eval stack runs {version} (one version for the host "
-                "venv and the runtime image: eval/runtime/Dockerfile)")
+                "venv and the runtime image: eval/prime/runtime/Dockerfile)")
     return None
 
 

@@ -1,4 +1,4 @@
-"""The Docker image the Prime suites' harness runs in: built from eval/runtime/, named by its content.
+"""The Docker image the Prime suites' harness runs in: built from eval/prime/runtime/, named by its content.
 
 Why: verifiers' Docker runtime otherwise installs uv and the stock `null` harness's dependencies into a
 floating base image, unpinned from PyPI, on every container start; the baseline and the candidates

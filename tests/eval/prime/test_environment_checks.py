@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from eval.environment_checks import loading_problem, python_problem, unmet_requirements
+from eval.prime.environment_checks import loading_problem, python_problem, unmet_requirements
 
-STANDINS = Path(__file__).resolve().parents[1] / "broad_standins"
+STANDINS = Path(__file__).resolve().parents[2] / "broad_standins"
 
 
 def test_a_taskset_requiring_another_python_is_named(tmp_path):

@@ -1,7 +1,9 @@
 """Typed views of locks/: the prime-environments commit, every dataset pin, the offline packages.
 
-Parsed once and validated strictly: an unknown key, a non-hex revision or hash, or an environment
-naming a dataset with no pin is a LockError naming the file and key.
+Parsed once and validated strictly (eval.lockfiles' rules): an unknown key, a non-hex revision or
+hash, or an environment naming a dataset with no pin is a LockError naming the file and key. Every
+suite run records these pins' digests (eval.runner); the offline tasksets read only their own pins
+(eval.lockfiles.offline_package_pins).
 
 Usage:
     locks = load_locks()                 # locks/ of this checkout, or $EVAL_LOCKS_DIR
@@ -11,15 +13,21 @@ Usage:
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from eval.errors import LockError
+from eval.lockfiles import (
+    FilePin,
+    OfflinePackagePin,
+    check_keys,
+    default_locks_dir,
+    file_pins,
+    parse_offline_packages,
+    read_lock_file,
+)
 
 __all__ = [
     "DatasetBinding",
@@ -33,22 +41,7 @@ __all__ = [
 ]
 
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
-_REL_PATH = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_./-]*$")
-
-
-def default_locks_dir() -> Path:
-    """$EVAL_LOCKS_DIR, else the locks/ folder next to this package (the repository root)."""
-    override = os.environ.get("EVAL_LOCKS_DIR")
-    return Path(override) if override else Path(__file__).resolve().parents[1] / "locks"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class FilePin:
-    path: str
-    size: int
-    sha256: str
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -82,14 +75,6 @@ class EnvironmentPin:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class OfflinePackagePin:
-    name: str
-    version: str
-    wheel_sha256: str
-    files: tuple[FilePin, ...]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class Locks:
     directory: Path
     repository: str
@@ -102,52 +87,14 @@ class Locks:
     digests: dict[str, str]  # lock file name -> sha256 of its bytes, for provenance
 
 
-def _read(path: Path) -> tuple[dict[str, Any], str]:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError as exc:
-        raise LockError(f"lock file {path} is missing") from exc
-    try:
-        data = tomllib.loads(raw.decode())
-    except tomllib.TOMLDecodeError as exc:
-        raise LockError(f"{path}: {exc}") from exc
-    if data.get("schema") != 1:
-        raise LockError(f"{path}: schema must be 1, got {data.get('schema')!r}")
-    return data, hashlib.sha256(raw).hexdigest()
-
-
-def _only(where: str, table: dict[str, Any], allowed: set[str], required: set[str]) -> None:
-    unknown = set(table) - allowed
-    if unknown:
-        raise LockError(f"{where}: unknown key(s) {sorted(unknown)}; expected {sorted(allowed)}")
-    missing = required - set(table)
-    if missing:
-        raise LockError(f"{where}: missing key(s) {sorted(missing)}")
-
-
-def _file_pins(where: str, rows: list[dict[str, Any]]) -> tuple[FilePin, ...]:
-    pins = []
-    for i, row in enumerate(rows):
-        _only(f"{where}.files[{i}]", row, {"path", "size", "sha256"}, {"path", "size", "sha256"})
-        path = str(row["path"])
-        if not _REL_PATH.match(path) or ".." in path.split("/"):
-            raise LockError(f"{where}.files[{i}]: path {path!r} must be relative without '..'")
-        if not isinstance(row["size"], int) or row["size"] <= 0:
-            raise LockError(f"{where}.files[{i}]: size must be a positive integer")
-        if not _HEX64.match(str(row["sha256"])):
-            raise LockError(f"{where}.files[{i}]: sha256 must be 64 lowercase hex digits")
-        pins.append(FilePin(path=path, size=row["size"], sha256=row["sha256"]))
-    return tuple(pins)
-
-
 def _dataset(name: str, table: dict[str, Any], where: str) -> DatasetPin:
-    _only(where, table, {"repo", "revision", "binding", "files"}, {"repo", "revision", "binding", "files"})
+    check_keys(where, table, {"repo", "revision", "binding", "files"}, {"repo", "revision", "binding", "files"})
     if not _REPO.match(table["repo"]):
         raise LockError(f"{where}.repo: {table['repo']!r} is not 'owner/name'")
     if not _HEX40.match(table["revision"]):
         raise LockError(f"{where}.revision: must be a full 40-hex commit id, got {table['revision']!r}")
     b = table["binding"]
-    _only(f"{where}.binding", b, {"kind", "knob", "subdir", "extra_knobs"}, {"kind"})
+    check_keys(f"{where}.binding", b, {"kind", "knob", "subdir", "extra_knobs"}, {"kind"})
     if b["kind"] not in ("knob", "cwd", "hub_cache"):
         raise LockError(f"{where}.binding.kind: {b['kind']!r}; expected knob, cwd or hub_cache")
     if (b["kind"] == "knob") != ("knob" in b):
@@ -158,7 +105,7 @@ def _dataset(name: str, table: dict[str, Any], where: str) -> DatasetPin:
         subdir=b.get("subdir", ""),
         extra_knobs=tuple(sorted((str(k), str(v)) for k, v in b.get("extra_knobs", {}).items())),
     )
-    files = _file_pins(where, table["files"])
+    files = file_pins(where, table["files"])
     if not files:
         raise LockError(f"{where}: a dataset pin needs at least one file")
     return DatasetPin(name=name, repo=table["repo"], revision=table["revision"], binding=binding, files=files)
@@ -167,23 +114,23 @@ def _dataset(name: str, table: dict[str, Any], where: str) -> DatasetPin:
 def load_locks(directory: Path | None = None) -> Locks:
     """Read and validate every lock file. Raises: LockError naming the file and key."""
     directory = directory or default_locks_dir()
-    sources, sources_digest = _read(directory / "prime-environments.toml")
-    datasets_raw, datasets_digest = _read(directory / "datasets.toml")
-    offline_raw, offline_digest = _read(directory / "offline-data.toml")
+    sources, sources_digest = read_lock_file(directory / "prime-environments.toml")
+    datasets_raw, datasets_digest = read_lock_file(directory / "datasets.toml")
+    offline_raw, offline_digest = read_lock_file(directory / "offline-data.toml")
 
     where = "prime-environments.toml"
-    _only(
+    check_keys(
         where,
         sources,
         {"schema", "prime_environments", "verifiers", "environments"},
         {"prime_environments", "verifiers", "environments"},
     )
     pe = sources["prime_environments"]
-    _only(f"{where} [prime_environments]", pe, {"repository", "commit"}, {"repository", "commit"})
+    check_keys(f"{where} [prime_environments]", pe, {"repository", "commit"}, {"repository", "commit"})
     if not _HEX40.match(pe["commit"]):
         raise LockError(f"{where} [prime_environments].commit must be a full 40-hex commit id")
     vf = sources["verifiers"]
-    _only(f"{where} [verifiers]", vf, {"version", "wheel", "wheel_sha256"}, {"version", "wheel_sha256"})
+    check_keys(f"{where} [verifiers]", vf, {"version", "wheel", "wheel_sha256"}, {"version", "wheel_sha256"})
 
     datasets = {
         name: _dataset(name, table, f"datasets.toml [datasets.{name}]")
@@ -192,7 +139,7 @@ def load_locks(directory: Path | None = None) -> Locks:
     environments: dict[str, EnvironmentPin] = {}
     for name, table in sources["environments"].items():
         w = f"{where} [environments.{name}]"
-        _only(w, table, {"path", "package", "version", "dataset"}, {"path", "package", "version"})
+        check_keys(w, table, {"path", "package", "version", "dataset"}, {"path", "package", "version"})
         if table.get("dataset") is not None and table["dataset"] not in datasets:
             raise LockError(f"{w}: dataset {table['dataset']!r} has no pin in datasets.toml")
         environments[name] = EnvironmentPin(
@@ -202,18 +149,7 @@ def load_locks(directory: Path | None = None) -> Locks:
             version=table["version"],
             dataset=table.get("dataset"),
         )
-    offline: dict[str, OfflinePackagePin] = {}
-    for name, table in offline_raw.get("packages", {}).items():
-        w = f"offline-data.toml [packages.{name}]"
-        _only(w, table, {"version", "wheel_sha256", "files"}, {"version", "wheel_sha256", "files"})
-        if not _HEX64.match(table["wheel_sha256"]):
-            raise LockError(f"{w}.wheel_sha256 must be 64 lowercase hex digits")
-        offline[name] = OfflinePackagePin(
-            name=name,
-            version=table["version"],
-            wheel_sha256=table["wheel_sha256"],
-            files=_file_pins(w, table["files"]),
-        )
+    offline = parse_offline_packages(offline_raw)
     return Locks(
         directory=directory,
         repository=pe["repository"],

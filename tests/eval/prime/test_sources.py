@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from eval.errors import LockError, SourceUnavailable
-from eval.locks import default_locks_dir, load_locks
-from eval.snapshots import EvalPaths
-from eval.sources import (
+from eval.paths import EvalPaths
+from eval.prime.locks import default_locks_dir, load_locks
+from eval.prime.sources import (
     checkout_dir,
     ensure_checkout,
     environment_problems,

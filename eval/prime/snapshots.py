@@ -8,46 +8,23 @@ Usage:
     paths = EvalPaths.default()
     download_dataset(paths, locks.datasets["aime25"])      # needs the Hub
     check_dataset(paths, locks.datasets["aime25"])         # offline; raises if missing or altered
+    bind_dataset(paths, locks.datasets["aime25"], work=run_dir / "aime25")   # how a worker reads it
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from eval.errors import DataIntegrityError, MissingDataset, SourceUnavailable
-from eval.locks import DatasetPin
+from eval.paths import EvalPaths
+from eval.prime.locks import DatasetPin
 
-__all__ = ["EvalPaths", "check_dataset", "dataset_problems", "download_dataset", "snapshot_dir"]
+__all__ = ["DatasetLaunch", "bind_dataset", "check_dataset", "dataset_problems", "download_dataset", "snapshot_dir"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class EvalPaths:
-    """Where eval keeps sources, data and run outputs. One root, so a test can point it anywhere."""
-
-    cache_dir: Path
-
-    @classmethod
-    def default(cls) -> EvalPaths:
-        """$EVAL_CACHE_DIR, else .cache/eval under the current directory (the repository root)."""
-        return cls(Path(os.environ.get("EVAL_CACHE_DIR") or Path.cwd() / ".cache" / "eval").resolve())
-
-    @property
-    def hf_home(self) -> Path:
-        return self.cache_dir / "huggingface"
-
-    @property
-    def hub_dir(self) -> Path:
-        return self.hf_home / "hub"
-
-    @property
-    def sources_dir(self) -> Path:
-        return self.cache_dir / "sources"
 
 
 def repo_dir(paths: EvalPaths, pin: DatasetPin) -> Path:
@@ -56,6 +33,31 @@ def repo_dir(paths: EvalPaths, pin: DatasetPin) -> Path:
 
 def snapshot_dir(paths: EvalPaths, pin: DatasetPin) -> Path:
     return repo_dir(paths, pin) / "snapshots" / pin.revision
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DatasetLaunch:
+    """How one worker reads a pinned dataset: taskset knobs, a working directory, symlinks to create."""
+
+    knobs: dict[str, str]
+    cwd: Path | None  # None: the taskset's own directory
+    symlinks: tuple[tuple[Path, Path], ...] = ()  # (link, target)
+
+
+def bind_dataset(paths: EvalPaths, pin: DatasetPin, *, work: Path) -> DatasetLaunch:
+    """Bind the verified snapshot of `pin` the way its taskset reads it (locks/datasets.toml's binding):
+    a knob pointing at it, or a working directory where the Hub name is a symlink to it, or (hub_cache)
+    our cache's refs/main, which needs nothing here."""
+    snapshot = snapshot_dir(paths, pin)
+    binding = pin.binding
+    if binding.kind == "knob":
+        knobs = {binding.knob: str(snapshot / binding.subdir) if binding.subdir else str(snapshot)}
+        return DatasetLaunch(knobs=knobs | dict(binding.extra_knobs), cwd=None)
+    if binding.kind == "cwd":
+        # The taskset hard-codes the Hub name: datasets resolves a relative local dir first.
+        cwd = work / "local-datasets"
+        return DatasetLaunch(knobs={}, cwd=cwd, symlinks=((cwd / pin.repo, snapshot),))
+    return DatasetLaunch(knobs={}, cwd=None)
 
 
 def _sha256(path: Path) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from eval.runtime_image import RUNTIME_DIR, build_command, image_tag, program_sources, write_context
+from eval.prime.runtime_image import RUNTIME_DIR, build_command, image_tag, program_sources, write_context
 
 
 def test_the_context_holds_each_locked_program_at_the_path_verifiers_writes_it(tmp_path):

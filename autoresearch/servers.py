@@ -16,7 +16,6 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,7 +88,7 @@ class ServerSpec:
     host_memory_limit_bytes: int | None = None  # cap its data segment (an emulated smaller CPU machine)
     startup_timeout_s: float = 900.0
 
-    def launch(self, config: ServingConfig, log_name: str) -> AbstractContextManager[ServerProcess]:
+    def launch(self, config: ServingConfig, log_name: str) -> contextlib.AbstractContextManager[ServerProcess]:
         """A fresh server of `config`, logging to `log_dir/<log_name>.log` (see `serve`)."""
         return serve(model_dir=self.model_dir, config=config, log_path=self.log_dir / f"{log_name}.log",
                      pid_dir=self.pid_dir, port=self.port, vram_limit_bytes=self.vram_limit_bytes,

@@ -20,6 +20,9 @@ learns from a lie. So:
   time, as are the trials that could dominate it (speed-ups over their own nearest reading). One
   whose nearest reading drifted or is older than the policy allows is not pruned: it goes on to the
   gate, and its record says why; a trial measured under drift never prunes another.
+- Unsteady: where the baseline's own two launches differ by more than UNSTEADY_FLOOR, the floor every
+  limit is built on is itself noise (another job started between them): the log and the top of
+  RESULTS.md say so, and no candidate is pruned on its speed in that study.
 
 Turned off (`DriftPolicy(None, None)`, `--no-drift-check`), the study trusts the first reading and
 prunes on raw values, as it did before; conditions are still recorded.
@@ -57,6 +60,9 @@ __all__ = ["MIN_DRIFT_REL", "Check", "DriftPolicy", "DriftReport", "DriftWatch",
 log = logging.getLogger(__name__)
 MIN_DRIFT_REL = 0.05  # as bench's DRIFT_WARNING: a change worth a person's attention
 NOISE_FACTOR = 2.0  # as bench's DifferenceRule: beyond twice the launch-to-launch floor
+# The baseline's own two launches further apart than this: the machine was not steady while the floor was
+# measured (another job, a GPU heating or shared), and every threshold built on that floor is as wide.
+UNSTEADY_FLOOR = 0.25  # then no candidate is pruned on its speed: it goes on to the gate
 KIND = "drift_bench"  # the results store's kind for a drift check's launch
 _COUNTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
@@ -132,14 +138,29 @@ class Limits:
 
     decode: float
     prefill: float
+    floor_decode: float = 0.0  # the baseline's launch-to-launch spread they are built on
+    floor_prefill: float = 0.0
 
     @classmethod
     def from_floor(cls, floor: NoiseFloor | None) -> Limits:
         def worst(rate: str) -> float:
             return max((v for k, v in (floor.rel_diff if floor else ()) if k.startswith(rate + "@")), default=0.0)
 
-        return cls(decode=max(MIN_DRIFT_REL, NOISE_FACTOR * worst(DECODE_RATE)),
-                   prefill=max(MIN_DRIFT_REL, NOISE_FACTOR * worst(PREFILL_RATE)))
+        d, p = worst(DECODE_RATE), worst(PREFILL_RATE)
+        return cls(decode=max(MIN_DRIFT_REL, NOISE_FACTOR * d), prefill=max(MIN_DRIFT_REL, NOISE_FACTOR * p),
+                   floor_decode=d, floor_prefill=p)
+
+    @property
+    def unsteady(self) -> str | None:
+        """Said out loud where the floor itself is too wide to rank by: None on a steady machine."""
+        wide = [f"{v:.0%} in {name}" for name, v in (("decode", self.floor_decode), ("prefill", self.floor_prefill))
+                if v > UNSTEADY_FLOOR]
+        if not wide:
+            return None
+        return (f"the baseline's own two launches differed by {' and '.join(wide)} (more than "
+                f"{UNSTEADY_FLOOR:.0%}): the machine was not steady while they ran, so a speed difference smaller than "
+                "that cannot be told from noise here, and the drift check's threshold (twice it) is as wide; re-run "
+                "on a quiet machine (no other jobs; on a GPU, nothing else on it and its clocks steady)")
 
     def ratios(self, reading: Reading, first: Reading) -> tuple[float, float]:
         return reading.decode / first.decode, reading.prefill / first.prefill
@@ -232,11 +253,12 @@ class Check:
     drifted: bool  # the nearest reading drifted beyond the limits
     stale: bool  # the nearest reading is older than the policy allows
     warning: str | None
+    unsteady: bool = False  # the baseline's own launches disagree beyond a steady machine's (Limits.unsteady)
 
     @property
     def hold(self) -> bool:
         """Not to be pruned on: the loop cannot separate this measurement from drift."""
-        return self.drifted or self.stale
+        return self.drifted or self.stale or self.unsteady
 
 
 def nearest(readings: Sequence[Reading], at: dt.datetime) -> Reading | None:
@@ -262,8 +284,12 @@ def check_measurement(readings: Sequence[Reading], *, at: dt.datetime, policy: D
                    f"{p:.2f}x prefill of its first (limits ±{limits.decode:.0%}, ±{limits.prefill:.0%})")
     elif stale:
         warning = f"the baseline's nearest reading ({near.source}, {age_min:.0f} min earlier) is older than the policy allows"
+    elif limits.unsteady:
+        warning = (f"measurements unsteady: the baseline's own two launches differ by more than {UNSTEADY_FLOOR:.0%}, "
+                   "so a slower reading cannot be told from noise")
     return Check(reading=near.source, reading_at=near.at.isoformat(), measured_at=at.isoformat(),
-                 decode_vs_first=d, prefill_vs_first=p, drifted=drifted, stale=stale, warning=warning)
+                 decode_vs_first=d, prefill_vs_first=p, drifted=drifted, stale=stale, warning=warning,
+                 unsteady=limits.unsteady is not None)
 
 
 def _measured_at(t: optuna.trial.FrozenTrial) -> dt.datetime | None:
@@ -304,13 +330,18 @@ class DriftWatch:
         self.policy = plan.drift
         self.db = db
         self.space = space
+        self._warned = False  # the unsteady floor is logged once per process
 
     @property
     def study_name(self) -> str:
         return self.plan.study_name
 
     def limits(self, study: optuna.Study) -> Limits:
-        return Limits.from_floor(stored_speed_floor(study))
+        limits = Limits.from_floor(stored_speed_floor(study))
+        if limits.unsteady and not self._warned:
+            log.warning("measurements unsteady: %s", limits.unsteady)
+            self._warned = True
+        return limits
 
     def before_launch(self, trial: optuna.Trial) -> Reading | None:
         """Re-measure the baseline in a fresh launch when it is due; returns the new reading, if any."""

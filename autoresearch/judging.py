@@ -76,10 +76,12 @@ class TierRunner:
 
     # ---- a candidate ----
 
-    def judge(self, study: optuna.Study, *, trial: int, label: str, config: ServingConfig,
+    def judge(self, study: optuna.Study, *, trial: int | None, label: str, config: ServingConfig,
               baseline: BaselineEvidence, fidelity: FidelityMeasurement, server: Any = None, release=None,
-              replace_id: int | None = None) -> tuple[GateRecord, Judgment]:
+              replace_id: int | None = None, name: str | None = None) -> tuple[GateRecord, Judgment]:
         """Judge one candidate on the task tier and save its one decision row (fidelity and tasks together).
+        `name` (default `trial-NNNN`) names its answers on disk and its servers' logs: a candidate that is no
+        trial (the minimal champion) has its own.
 
         Raises:
             BaselineFailed: the baseline's answers break its rules.
@@ -87,9 +89,10 @@ class TierRunner:
         """
         started = time.monotonic()
         baseline_config = ServingConfig.from_dict(study.trials[baseline.trial_number].user_attrs["config"])
-        judgment = self.tier.judge(self.answers_dir / f"trial-{trial:04d}",
-                                   serve_candidate=lambda: self._serve(config, f"tasks-trial-{trial:04d}"),
-                                   serve_baseline=lambda: self._serve(baseline_config, f"tasks-baseline-for-{trial:04d}"),
+        name = name or f"trial-{trial:04d}"
+        judgment = self.tier.judge(self.answers_dir / name,
+                                   serve_candidate=lambda: self._serve(config, f"tasks-{name}"),
+                                   serve_baseline=lambda: self._serve(baseline_config, f"tasks-baseline-for-{name}"),
                                    server=server, release=release)
         base = self._store_suite(judgment.baseline, label=baseline.label + " (answers paired with " + label + ")")
         cand = self._store_suite(judgment.candidate, label=label)

@@ -15,6 +15,7 @@ from autoresearch.errors import BaselineFailed, BaselineNotReady, ConfirmedElsew
 from autoresearch.finalists import confirm_finalists, feasible_front
 from autoresearch.logs import log_to_file
 from autoresearch.minimal_champion import minimize_champion
+from autoresearch.minimal_gate import gate_minimal
 from autoresearch.night import announce_plan
 from autoresearch.plan import RunPlan
 from autoresearch.preflight import preflight
@@ -145,9 +146,12 @@ def _run(plan: RunPlan, space) -> int:
         if champion is not None and plan.minimize and not champion.is_baseline:
             progress.stage("minimizing the champion")
             minimization = minimize_champion(plan, study, db, champion)
+            progress.stage("gating the minimal champion")
+            verdict = gate_minimal(plan, study, db, store, runner.tier, minimization)
             write_report(plan, study, db, store)
             print(f"minimal champion: {len(minimization.kept)} of {len(minimization.changes)} changes kept "
-                  f"({minimization.launches} launches of at most {minimization.bound})")
+                  f"({minimization.launches} launches of at most {minimization.bound}); gate "
+                  f"{'passed' if verdict['passed'] else 'failed'}: {verdict['reason']}")
     if champion is None:
         log.error("no champion decided: the baseline did not complete or could not be re-measured")
         return 1

@@ -126,8 +126,9 @@ def minimize_champion(plan: RunPlan, study: optuna.Study, db: ResultsDB, champio
     return result
 
 
-def record_gate(study: optuna.Study, *, passed: bool, reason: str) -> None:
-    """Store the minimal champion's gate verdict (it is judged like any candidate); export writes it once passed.
+def record_gate(study: optuna.Study, *, passed: bool, reason: str, decision_id: int | None = None) -> None:
+    """Store the minimal champion's gate verdict (autoresearch.minimal_gate judges it like any candidate; its
+    decision row is `decision_id`); export writes it once passed.
 
     Raises:
         ValueError: the study has no minimization to record a verdict for.
@@ -136,5 +137,6 @@ def record_gate(study: optuna.Study, *, passed: bool, reason: str) -> None:
     if not stored:
         raise ValueError("the study has no minimal champion: nothing to record a gate verdict for")
     stored = dict(stored)
-    stored["extra"] = {**stored.get("extra", {}), "gate": {"passed": passed, "reason": reason}}
+    verdict = {"passed": passed, "reason": reason} | ({"decision_id": decision_id} if decision_id is not None else {})
+    stored["extra"] = {**stored.get("extra", {}), "gate": verdict}
     study.set_user_attr(MINIMIZATION_ATTR, stored)

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.long
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # two runs of the loop, one with 20 tasks answered per launch, on 2 shared cores
 def test_broad_runs_on_stand_ins_with_a_guard_and_says_what_it_can_detect(tmp_path, loop_cache):
     prepared = subprocess.run([sys.executable, str(ROOT / "tests" / "broad_standins" / "prepare.py"),
                                str(tmp_path / "si")], capture_output=True, text=True, timeout=300)
@@ -40,8 +41,11 @@ def test_broad_runs_on_stand_ins_with_a_guard_and_says_what_it_can_detect(tmp_pa
     refused = run_loop(run, env, "--suite", "broad", "--trials", "3", "--port", "0", timeout=300)
     assert refused.returncode == 2 and ("Docker is not usable" in refused.stderr or "runtime image" in refused.stderr)
     assert not (run / "runs").exists()
-    result = run_loop(run, env, "--suite", "broad", "--suite-runtime", "subprocess", "--trials", "3", "--port", "0",
-                      "--bench-workload", "corpus", "--finalist-launches", "1", "--suite-max-tokens", "16", timeout=3000)
+    # a candidate that reaches the guard: chunks of 512 tokens on prompts of fewer are the baseline's computation
+    # (lossless, as fast), judged in its trial (scope every) rather than only if confirmed faster
+    result = run_loop(run, env, "--suite", "broad", "--suite-runtime", "subprocess", "--trials", "2", "--port", "0",
+                      "--bench-workload", "corpus", "--finalist-launches", "1", "--suite-max-tokens", "16",
+                      "--no-levers", "--enqueue", "prefill_chunk_size=512", "--task-tier-scope", "every", timeout=3000)
     text = (run / "RESULTS.md").read_text()
     assert "The task tier ran as a guard" in text, result.stderr[-5000:]
     for line in ("**aime25** (3 tasks): **cannot detect any loss**", "**i3-logic** (4 tasks): **cannot detect any loss**",
@@ -50,3 +54,8 @@ def test_broad_runs_on_stand_ins_with_a_guard_and_says_what_it_can_detect(tmp_pa
                  "catches an accuracy drop of 76% with 80% power"):
         assert line in text
     assert "accepted" not in text.split("## Per-taskset results")[1]
+    # the candidate reached the guard: one row per taskset, kept apart, each with its verdict and paired count
+    guard = text.split("| trial | taskset | guard |")[1].split("\n\n")[0]
+    rows = [r.split(" | ") for r in guard.splitlines() if r.startswith("| 1 |")]
+    assert sorted(r[1] for r in rows) == ["aime25", "i3-logic", "livecodebench", "mmlu-pro"], result.stderr[-5000:]
+    assert all(r[2].startswith(("no loss detected on ", "loss detected", "incomplete")) for r in rows), rows

@@ -217,8 +217,50 @@ def _reading(minutes: float, decode: float = 100.0, prefill: float = 1000.0, err
 
 def test_the_limits_are_twice_the_baseline_floor_of_each_objective_and_at_least_five_percent():
     floor = NoiseFloor(rel_diff=(("decode_tok_per_s_client@1024/math", 0.04), ("prefill_tok_per_s_server@8192", 0.01)))
-    assert Limits.from_floor(floor) == Limits(decode=0.08, prefill=0.05)
+    assert Limits.from_floor(floor) == Limits(decode=0.08, prefill=0.05, floor_decode=0.04, floor_prefill=0.01)
     assert Limits.from_floor(None) == Limits(decode=0.05, prefill=0.05)
+
+
+def test_a_floor_wider_than_a_steady_machine_gives_is_said_out_loud():
+    """Before: the baseline's launches at 54.8 and 4.6 tok/s (another job started between them) made a 183%
+    drift threshold, and nothing said the study's measurements were noise."""
+    steady = NoiseFloor(rel_diff=(("decode_tok_per_s_client@1024/math", 0.04), ("prefill_tok_per_s_server@8192", 0.2)))
+    assert Limits.from_floor(steady).unsteady is None
+    wide = Limits.from_floor(NoiseFloor(rel_diff=(("decode_tok_per_s_client@128/math", 0.917),
+                                                  ("prefill_tok_per_s_server@256", 0.1))))
+    assert wide.decode == pytest.approx(1.834) and wide.floor_decode == pytest.approx(0.917)
+    assert wide.unsteady.startswith("the baseline's own two launches differed by 92% in decode (more than 25%): the "
+                                    "machine was not steady while they ran")
+
+
+def test_an_unsteady_baseline_is_logged_once_and_prunes_no_candidate(plan, monkeypatch, caplog):
+    machine = ScriptedMachine(halve_from=2)  # the baseline's second launch runs at half speed
+    for module in (trial_module, drift):
+        monkeypatch.setattr(module, "serve", machine.serve)
+        monkeypatch.setattr(module, "run_bench", machine.run_bench)
+    monkeypatch.setattr(trial_module, "server_info", lambda url: None)
+    monkeypatch.setattr(trial_module, "measure_fidelity", lambda *a, **kw: SimpleNamespace(measurement_id=1, metrics={}))
+    monkeypatch.setattr(trial_module, "gate_candidate", lambda *a, **kw: SimpleNamespace(
+        decision=SimpleNamespace(passed=True, failed_stage=None, reasons=[]), decision_id=1))
+    space = build_space(SpaceContext(engine="transformers", model=read_model_info(plan.model.path)))
+    study = open_study(plan, space)
+    db = ResultsDB(plan.storage_url)
+    evidence = _baseline_measured(study, plan, space, db, machine)
+    monkeypatch.setattr(trial_module, "wait_for_baseline", lambda trial, **kw: evidence)
+    runner = TrialRunner(plan, space, db, EvalStore(plan.storage_url),
+                         Progress(study=plan.study_name, trials=20, hours=None, live=False))
+    for chunk in (64, 128):
+        study.enqueue_trial({**study.trials[0].params, "prefill_chunk_size": chunk})
+    with caplog.at_level(logging.WARNING, logger="autoresearch.drift"):
+        study.optimize(runner, n_trials=2)
+    warnings = [r.getMessage() for r in caplog.records if r.getMessage().startswith("measurements unsteady: ")]
+    assert len(warnings) == 1 and "differed by 50% in decode and 50% in prefill" in warnings[0], warnings
+    # both candidates read at half the baseline's first speed (the machine's, not theirs): neither is pruned
+    for t in study.get_trials()[1:]:
+        assert t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs["drift"]["hold"], t.number
+        assert any(r.startswith("not pruned (measurements unsteady: the baseline's own two launches differ by more "
+                                "than 25%") for r in t.user_attrs["reasons"]), t.user_attrs["reasons"]
+    assert read_drift(plan, study, db).limits.unsteady  # what RESULTS.md says at the top of its champion
 
 
 def test_a_reading_is_due_after_k_trials_t_minutes_a_failed_check_or_a_new_drift():

@@ -1,0 +1,87 @@
+"""The minimal champion judged like any candidate before `export` may write it.
+
+Most removals restore defaults, which cannot cost intelligence, but a removal can expose an
+interaction (a setting that was harmless only beside another). So the minimal champion goes through
+the gate's tiers as a candidate's trial does: a fresh launch, the fidelity probes against the
+baseline's reference and noise floor, then, where the study has a task suite and fidelity passed, the
+task tier against the baseline's lazy answers (its own answers on disk under `answers/minimal-<digest>`).
+It leaves one decision row, labelled `<study>:minimal-<digest>`, and its verdict is stored with the
+minimization (minimal_champion.record_gate): export writes the minimal champion only once it passed.
+A minimal champion that could not be judged (its launch failed, the suite broke) did not pass.
+
+Usage:
+    verdict = gate_minimal(plan, study, db, store, tier, minimization)   # {"passed": ..., "reason": ...}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import optuna
+
+from autoresearch.baseline import load_baseline
+from autoresearch.db import ResultsDB
+from autoresearch.errors import BaselineFailed
+from autoresearch.judging import TierRunner
+from autoresearch.minimal_champion import record_gate
+from autoresearch.minimize import Minimization
+from autoresearch.plan import RunPlan
+from autoresearch.servers import serve
+from eval import EvalStore, gate_candidate
+from eval.errors import EvalError
+from eval.fidelity import measure_fidelity
+from serving.errors import LaunchError
+
+__all__ = ["gate_minimal"]
+
+log = logging.getLogger(__name__)
+
+
+def gate_minimal(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalStore, tier: TierRunner | None,
+                 minimization: Minimization) -> dict:
+    """The minimal champion's gate verdict (stored; a verdict already stored is returned without a launch).
+
+    Raises:
+        BaselineFailed: the study holds no baseline evidence (a confirmed champion implies one).
+    """
+    stored = minimization.extra.get("gate")
+    if stored is not None:
+        return stored
+    config = minimization.minimal
+    name = f"minimal-{config.digest[:12]}"
+    label = f"{plan.study_name}:{name}"
+    baseline = load_baseline(study, store, db, plan.study_name)
+    if baseline is None:  # a champion implies a measured baseline; a study without one cannot judge anything
+        raise BaselineFailed("the baseline's evidence is missing: the minimal champion cannot be judged")
+    try:
+        with contextlib.ExitStack() as stack:
+            server = stack.enter_context(serve(
+                model_dir=plan.model.path, config=config, log_path=plan.study_dir / "logs" / f"{name}.log",
+                pid_dir=plan.study_dir / "servers", port=plan.port,
+                vram_limit_bytes=plan.vram_bytes if plan.emulate_vram else None,
+                host_memory_limit_bytes=plan.host_memory_limit_bytes, startup_timeout_s=plan.startup_timeout_s))
+            fidelity = measure_fidelity(server.url, baseline.reference, store=store, role="candidate", label=label)
+
+            def decide(save: bool):
+                return gate_candidate(store, model_manifest_hash=plan.model.manifest_hash, candidate_label=label,
+                                      baseline_label=baseline.label, policy=plan.gate_policy,
+                                      floor=baseline.fidelity_floor, candidate_fidelity=fidelity, save=save)
+
+            gate = decide(save=tier is None)
+            if tier is not None:
+                if gate.decision.passed:  # one server at a time: the tier stops this one before the baseline's
+                    gate, _ = tier.judge(study, trial=None, label=label, config=config, baseline=baseline,
+                                         fidelity=fidelity, server=server, release=stack.close, name=name)
+                else:
+                    gate = decide(save=True)  # fidelity was the last tier that ran: its one decision row
+    except (LaunchError, EvalError, BaselineFailed) as exc:
+        log.error("the minimal champion could not be judged: %s", exc)
+        verdict = {"passed": False, "reason": f"it could not be judged: {type(exc).__name__}: {exc}"}
+    else:
+        tiers = "fidelity and tasks" if tier is not None else "fidelity"
+        verdict = {"passed": gate.decision.passed, "decision_id": gate.decision_id,
+                   "reason": f"judged as a candidate ({tiers})" if gate.decision.passed
+                   else "; ".join(gate.decision.reasons)}
+    record_gate(study, **verdict)
+    return verdict

@@ -235,9 +235,8 @@ def test_a_floor_wider_than_a_steady_machine_gives_is_said_out_loud():
 
 def test_an_unsteady_baseline_is_logged_once_and_prunes_no_candidate(plan, monkeypatch, caplog):
     machine = ScriptedMachine(halve_from=2)  # the baseline's second launch runs at half speed
-    for module in (trial_module, drift):
-        monkeypatch.setattr(module, "serve", machine.serve)
-        monkeypatch.setattr(module, "run_bench", machine.run_bench)
+    monkeypatch.setattr("autoresearch.servers.serve", machine.serve)  # every ServerSpec.launch
+    monkeypatch.setattr("autoresearch.plan.run_bench", machine.run_bench)  # every RunPlan.fresh_bench
     monkeypatch.setattr(trial_module, "server_info", lambda url: None)
     monkeypatch.setattr(trial_module, "measure_fidelity", lambda *a, **kw: SimpleNamespace(measurement_id=1, metrics={}))
     monkeypatch.setattr(trial_module, "gate_candidate", lambda *a, **kw: SimpleNamespace(

@@ -12,9 +12,9 @@ lowest-numbered trial of a configuration measures it). Programming errors propag
 
 The baseline trial is special: it is checked for feasibility like any trial, then runs the baseline
 protocol (`_baseline_evidence`: measured first; the fidelity reference and the suite's results; a
-second launch for the noise floors of speed and fidelity) and records it (`autoresearch.baseline`). A baseline that fails any
-stage records its reason like any trial and stops the study (BaselineFailed). Every candidate waits
-for its evidence and is judged against it. Server info and provenance come from
+second launch for the noise floors of speed and fidelity) and records its evidence
+(`autoresearch.baseline`). A baseline that fails any stage records its reason like any trial and
+stops the study (BaselineFailed). Every candidate waits for its evidence and is judged against it. Server info and provenance come from
 `autoresearch.provenance`, the memory model's calibration from `autoresearch.memory`.
 """
 

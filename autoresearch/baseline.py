@@ -1,18 +1,9 @@
-"""The baseline protocol: what every candidate is judged against, measured once and shared.
+"""What every candidate is judged against: the baseline's evidence, measured once and shared.
 
-`run_baseline` is the protocol, used by the loop's baseline trial and by `python -m autoresearch sweep`:
-
-- launch 0: speed first (a baseline that cannot be measured stops the study: BaselineUnmeasured, as
-  it does where its second launch cannot be measured), then the fidelity reference (the stored one
-  for this model and probe set, else captured here), then the baseline's first answers on the task
-  suite (autoresearch.task_tier: the fewest tasks any walk needs; the rest is answered lazily, as far
-  as candidates' walks need it; first answers with failed episodes are answered once more, and answers
-  that still cannot be the reference stop the study);
-- launch 1, a fresh process of the same configuration: speed again, then the fidelity noise floor.
-  Bench comes first in both launches, as in every candidate's: a server warmed by the fidelity
-  probes decoded 27% faster at 1K on the real 0.5B, and that order effect became "noise".
-
-Launch 0 is skipped where it has nothing to do (no speed, no suite, a stored reference reused).
+The baseline trial measures it in two launches (the protocol: `TrialRunner._baseline_evidence` in
+autoresearch.trial; `python -m autoresearch sweep` runs it without speed and tasks), with the pieces
+here: the stored reference that spares a capture (`stored_reference`), and the rule that a baseline
+that cannot be measured stops the study (`measured_or_stop`).
 
 The baseline trial stores the ids of what it measured (reference, noise-floor measurement, suite
 run, bench measurement rows) and its speed floor in the study's user attributes (`save_baseline`); candidates in any
@@ -25,90 +16,27 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TypeVar
 
 import optuna
 
 from autoresearch.db import ResultsDB
 from autoresearch.errors import BaselineNotReady, BaselineUnmeasured, Unmeasured
 from bench import BenchResult, NoiseFloor, mark_stalls
-from eval import (
-    EvalStore,
-    FidelityMeasurement,
-    MissingReference,
-    Reference,
-    SuiteResult,
-    capture_reference,
-    measure_fidelity,
-)
+from eval import EvalStore, FidelityMeasurement, MissingReference, Reference, SuiteResult
 from eval.fidelity import load_fidelity_measurement
 from eval.probes import ProbeSet
 
-__all__ = ["BaselineEvidence", "BaselineRun", "load_baseline", "measured_or_stop", "run_baseline",
-           "save_baseline", "stored_speed_floor", "wait_for_baseline"]
+__all__ = ["BaselineEvidence", "load_baseline", "measured_or_stop", "save_baseline", "stored_reference",
+           "stored_speed_floor", "wait_for_baseline"]
 
 log = logging.getLogger(__name__)
 _KEY = "baseline_evidence"
 M = TypeVar("M")
 
 
-# ---- the protocol ----
-
-@dataclass(frozen=True)
-class BaselineRun(Generic[M]):
-    reference: Reference
-    fidelity_floor: FidelityMeasurement
-    suite: SuiteResult | None  # None where no suite was run
-    measured: tuple[M, M] | None  # what `measure` gave in launch 0 and launch 1 (None without `measure`)
-
-
-def run_baseline(
-    *,
-    serve: Callable[[int], AbstractContextManager[Any]],
-    store: EvalStore,
-    probe_set: ProbeSet,
-    model_manifest_hash: str,
-    label: str,
-    floor_label: str,
-    replace_reference: bool = False,
-    measure: Callable[[Any, int], M] | None = None,
-    suite: Callable[[Any], SuiteResult] | None = None,
-    stage: Callable[[str], None] = lambda name: None,
-) -> BaselineRun[M]:
-    """Run the protocol above. `serve(launch)` starts a fresh server (a context manager giving one with
-    `.url`); `measure(server, launch)` measures its speed and raises BaselineUnmeasured where it cannot
-    (`measured_or_stop`); `suite(server)` gives the baseline's first answers on the task suite and raises
-    BaselineUnmeasured where they cannot be the reference (TaskTier.baseline_first); `stage(name)` hears
-    each stage as it begins.
-
-    Raises:
-        BaselineUnmeasured: the speed or the task suite cannot be the reference (the study stops).
-        EvalError, LaunchError: from eval and the launches, unchanged.
-    """
-    reference = None if replace_reference else _stored_reference(store, model_manifest_hash, probe_set)
-    first = suite_result = None
-    if reference is None or measure is not None or suite is not None:
-        with serve(0) as server:
-            if measure is not None:
-                stage("bench")  # first: a baseline that cannot be measured stops the study at once
-                first = measure(server, 0)
-            stage("reference")
-            if reference is None:
-                reference = capture_reference(server.url, probe_set, store=store,
-                                              model_manifest_hash=model_manifest_hash, label=label,
-                                              replace=replace_reference)
-            if suite is not None:
-                stage("tasks")
-                suite_result = suite(server)
-    stage("noise floor")
-    with serve(1) as server:
-        second = measure(server, 1) if measure is not None else None  # bench first, as in launch 0
-        floor = measure_fidelity(server.url, reference, store=store, role="noise_floor", label=floor_label)
-    return BaselineRun(reference=reference, fidelity_floor=floor, suite=suite_result,
-                       measured=(first, second) if measure is not None else None)
-
+# ---- the protocol's pieces ----
 
 def measured_or_stop(measure: Callable[[], M], *, launch: int, server_failure: Callable[[], str | None]) -> M:
     """The baseline's measurement, or BaselineUnmeasured: nothing can be judged against nothing."""
@@ -120,7 +48,8 @@ def measured_or_stop(measure: Callable[[], M], *, launch: int, server_failure: C
         raise BaselineUnmeasured(reason) from exc
 
 
-def _stored_reference(store: EvalStore, model_manifest_hash: str, probe_set: ProbeSet) -> Reference | None:
+def stored_reference(store: EvalStore, model_manifest_hash: str, probe_set: ProbeSet) -> Reference | None:
+    """The reference stored for this model and probe set; None: the baseline's launch 0 captures one."""
     try:
         return store.load_reference(model_manifest_hash, probe_set.digest)
     except MissingReference:

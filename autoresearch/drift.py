@@ -35,7 +35,6 @@ import datetime as dt
 import logging
 import math
 import os
-import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,11 +47,10 @@ from autoresearch.db import ResultsDB
 from autoresearch.errors import Unmeasured
 from autoresearch.objectives import DECODE_RATE, PREFILL_RATE, dominated_by, objectives_from_bench
 from autoresearch.plan import DriftPolicy, RunPlan
-from autoresearch.servers import serve
 from autoresearch.study import feasible
-from bench import BenchError, BenchResult, NoiseFloor, mark_stalls, run_bench
+from bench import BenchError, BenchResult, NoiseFloor, mark_stalls
 from bench.telemetry import decode_throttle_reasons
-from openai_client import ClientError, Endpoint
+from openai_client import ClientError
 from search_space import SearchSpace, config_from_params
 from serving.errors import LaunchError
 
@@ -373,9 +371,9 @@ class DriftWatch:
         payload: dict[str, Any] = {"before_trial": before_trial, "why": why}
         started = time.monotonic()
         try:
-            with self._serve(config_from_params(self.space, base.params), before_trial) as server:
-                plan = dataclasses.replace(self.plan.bench_plan, salt=secrets.token_hex(4))
-                result = run_bench(plan, Endpoint(url=server.url), workload=self.plan.workload)
+            config = config_from_params(self.space, base.params)
+            with self.plan.server_spec.launch(config, f"drift-before-{before_trial:04d}-{config.digest[:12]}") as server:
+                result = self.plan.fresh_bench(server)
                 payload["conditions"] = conditions(getattr(server, "pid", None))
             payload["bench"] = result.to_dict()
             payload["decode"], payload["prefill"] = objectives_from_bench(result)
@@ -388,14 +386,6 @@ class DriftWatch:
                                 config_digest=base.user_attrs["config_digest"], payload=payload)
         return Reading(source=f"drift check before trial {before_trial}", at=_now(), decode=payload.get("decode"),
                        prefill=payload.get("prefill"), conditions=payload.get("conditions"), error=payload.get("error"))
-
-    def _serve(self, config, before_trial: int):
-        plan = self.plan
-        return serve(model_dir=plan.model.path, config=config,
-                     log_path=plan.study_dir / "logs" / f"drift-before-{before_trial:04d}-{config.digest[:12]}.log",
-                     pid_dir=plan.study_dir / "servers", port=plan.port,
-                     vram_limit_bytes=plan.vram_bytes if plan.emulate_vram else None,
-                     host_memory_limit_bytes=plan.host_memory_limit_bytes, startup_timeout_s=plan.startup_timeout_s)
 
     def dominated_by(self, trial: optuna.Trial, values: tuple[float, float], *,
                      margin_rel: float) -> tuple[int | None, str | None]:

@@ -14,10 +14,8 @@ passes, and only that one can be crowned. If none qualifies, the baseline stays.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
-import secrets
 import statistics
 import threading
 import time
@@ -36,10 +34,9 @@ from autoresearch.objectives import objective_metrics, objectives_from_bench, sp
 from autoresearch.plan import RunPlan, worker_gone, worker_name
 from autoresearch.ranking import Ranking
 from autoresearch.request_time import GEOMEAN, RANKED_BY, RequestMix, median_headline
-from autoresearch.servers import serve
 from autoresearch.study import feasible
-from bench import BenchError, BenchResult, MissingMetric, NoiseFloor, compare, noise_floor, run_bench
-from openai_client import ClientError, Endpoint
+from bench import BenchError, BenchResult, MissingMetric, NoiseFloor, compare, noise_floor
+from openai_client import ClientError
 from search_space import SearchSpace, config_from_params
 from serving.errors import LaunchError
 
@@ -255,14 +252,9 @@ def _launch_and_bench(plan: RunPlan, space: SearchSpace, t: optuna.trial.FrozenT
                       db: ResultsDB) -> BenchResult | None:
     """One fresh launch of a finalist, measured and stored; None when it failed or left a point unmeasured."""
     config = config_from_params(space, t.params)
-    log_path = plan.study_dir / "logs" / f"final-{round_}-trial-{t.number:04d}-{launch}.log"
     try:
-        with serve(model_dir=plan.model.path, config=config, log_path=log_path, pid_dir=plan.study_dir / "servers",
-                   port=plan.port, vram_limit_bytes=plan.vram_bytes if plan.emulate_vram else None,
-                   host_memory_limit_bytes=plan.host_memory_limit_bytes,
-                   startup_timeout_s=plan.startup_timeout_s) as server:
-            result = run_bench(dataclasses.replace(plan.bench_plan, salt=secrets.token_hex(4)), Endpoint(url=server.url),
-                               workload=plan.workload)
+        with plan.server_spec.launch(config, f"final-{round_}-trial-{t.number:04d}-{launch}") as server:
+            result = plan.fresh_bench(server)
             machine = conditions(getattr(server, "pid", None))
     except (LaunchError, BenchError, ClientError) as exc:
         log.warning("finalist trial %d launch %d failed: %s", t.number, launch, exc)

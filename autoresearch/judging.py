@@ -20,7 +20,6 @@ from autoresearch.baseline import BaselineEvidence, load_baseline
 from autoresearch.db import ResultsDB
 from autoresearch.errors import BaselineFailed
 from autoresearch.plan import RunPlan
-from autoresearch.servers import serve
 from autoresearch.task_tier import Judgment, TaskTier
 from eval import EvalStore, gate_candidate
 from eval.errors import EvalError
@@ -60,13 +59,7 @@ class TierRunner:
 
     def _serve(self, config: ServingConfig, name: str):
         self._launches += 1
-        study_dir = self.plan.study_dir
-        return serve(model_dir=self.plan.model.path, config=config,
-                     log_path=study_dir / "logs" / f"{name}-{config.digest[:12]}-{self._launches}.log",
-                     pid_dir=study_dir / "servers", port=self.plan.port,
-                     vram_limit_bytes=self.plan.vram_bytes if self.plan.emulate_vram else None,
-                     host_memory_limit_bytes=self.plan.host_memory_limit_bytes,
-                     startup_timeout_s=self.plan.startup_timeout_s)
+        return self.plan.server_spec.launch(config, f"{name}-{config.digest[:12]}-{self._launches}")
 
     # ---- the baseline's trial ----
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import secrets
 
 import optuna
 
@@ -29,10 +28,9 @@ from autoresearch.minimize import Launch, Minimization, judge, minimize
 from autoresearch.objectives import objectives_from_bench
 from autoresearch.plan import RunPlan
 from autoresearch.request_time import RequestMix
-from autoresearch.servers import serve
 from autoresearch.tabbyapi import expressible_subset, to_tabbyapi
-from bench import BenchError, BenchResult, run_bench
-from openai_client import ClientError, Endpoint
+from bench import BenchError, BenchResult
+from openai_client import ClientError
 from serving.config import ServingConfig
 from serving.errors import LaunchError
 
@@ -63,15 +61,9 @@ class _Launcher:
 
     def _bench(self, config: ServingConfig, label: str) -> BenchResult | None:
         safe = label.replace("/", "-")
-        log_path = self.plan.study_dir / "logs" / f"minimize-{self.key[:8]}-{safe}.log"
         try:
-            with serve(model_dir=self.plan.model.path, config=config, log_path=log_path,
-                       pid_dir=self.plan.study_dir / "servers", port=self.plan.port,
-                       vram_limit_bytes=self.plan.vram_bytes if self.plan.emulate_vram else None,
-                       host_memory_limit_bytes=self.plan.host_memory_limit_bytes,
-                       startup_timeout_s=self.plan.startup_timeout_s) as server:
-                return run_bench(dataclasses.replace(self.plan.bench_plan, salt=secrets.token_hex(4)),
-                                 Endpoint(url=server.url), workload=self.plan.workload)
+            with self.plan.server_spec.launch(config, f"minimize-{self.key[:8]}-{safe}") as server:
+                return self.plan.fresh_bench(server)
         except (LaunchError, BenchError, ClientError) as exc:
             log.warning("minimization launch %s failed: %s", label, exc)
             return None

@@ -27,7 +27,6 @@ from autoresearch.judging import TierRunner
 from autoresearch.minimal_champion import record_gate
 from autoresearch.minimize import Minimization
 from autoresearch.plan import RunPlan
-from autoresearch.servers import serve
 from eval import EvalStore, gate_candidate
 from eval.errors import EvalError
 from eval.fidelity import measure_fidelity
@@ -56,11 +55,7 @@ def gate_minimal(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalS
         raise BaselineFailed("the baseline's evidence is missing: the minimal champion cannot be judged")
     try:
         with contextlib.ExitStack() as stack:
-            server = stack.enter_context(serve(
-                model_dir=plan.model.path, config=config, log_path=plan.study_dir / "logs" / f"{name}.log",
-                pid_dir=plan.study_dir / "servers", port=plan.port,
-                vram_limit_bytes=plan.vram_bytes if plan.emulate_vram else None,
-                host_memory_limit_bytes=plan.host_memory_limit_bytes, startup_timeout_s=plan.startup_timeout_s))
+            server = stack.enter_context(plan.server_spec.launch(config, name))
             fidelity = measure_fidelity(server.url, baseline.reference, store=store, role="candidate", label=label)
 
             def decide(save: bool):

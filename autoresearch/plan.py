@@ -12,14 +12,17 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoresearch.errors import PlanError
 from autoresearch.model_source import ResolvedModel
-from bench import BenchPlan, Workload
+from autoresearch.servers import ServerSpec
+from bench import BenchPlan, BenchResult, Workload, run_bench
 from eval import GatePolicy, ProbeSetConfig
+from openai_client import Endpoint
 
 __all__ = ["DriftPolicy", "RunPlan", "default_bench_plan", "default_probe_config", "study_name_for", "worker_gone", "worker_name"]
 
@@ -169,6 +172,22 @@ class RunPlan:
     @property
     def study_dir(self) -> Path:
         return self.workdir / self.study_name
+
+    @property
+    def server_spec(self) -> ServerSpec:
+        """Every launch of this study (trials, drift checks, tasks, finalists, minimization) runs this way."""
+        return ServerSpec(model_dir=self.model.path, log_dir=self.study_dir / "logs", pid_dir=self.study_dir / "servers",
+                          port=self.port, vram_limit_bytes=self.vram_bytes if self.emulate_vram else None,
+                          host_memory_limit_bytes=self.host_memory_limit_bytes, startup_timeout_s=self.startup_timeout_s)
+
+    def fresh_bench(self, server) -> BenchResult:
+        """This study's bench on `server`, salted anew: no prompt of an earlier run may be found in any cache.
+
+        Raises:
+            BenchError, ClientError: from bench, unchanged.
+        """
+        plan = dataclasses.replace(self.bench_plan, salt=secrets.token_hex(4))
+        return run_bench(plan, Endpoint(url=server.url), workload=self.workload)
 
     @property
     def measured_settings(self) -> dict[str, object]:

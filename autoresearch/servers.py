@@ -1,5 +1,8 @@
 """Launching servers for the loop, and cleaning up after a loop that was killed.
 
+Every launch of a study is spelled once, by its `ServerSpec` (`RunPlan.server_spec`; the sweep builds
+its own): only the configuration and the log's name change from one launch to the next.
+
 A loop killed with SIGKILL leaves its server running (it lives in its own process group), holding
 the port and the GPU. Every launch writes a pid file naming the server and the loop that owns it;
 at start-up, servers whose loop is gone are stopped (the stale-server guard).
@@ -13,6 +16,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from autoresearch.errors import PortUnavailable
@@ -20,7 +24,7 @@ from serving.config import ServingConfig
 from serving.errors import PortInUse
 from serving.launcher import LaunchSpec, ServerProcess, free_port, start
 
-__all__ = ["reap_orphan_servers", "serve"]
+__all__ = ["ServerSpec", "reap_orphan_servers", "serve"]
 
 log = logging.getLogger(__name__)
 PORT_ATTEMPTS = 4
@@ -70,6 +74,25 @@ def reap_orphan_servers(pid_dir: Path) -> int:
             stopped += 1
         path.unlink(missing_ok=True)
     return stopped
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ServerSpec:
+    """Where and how a study's servers run; `launch` adds the configuration and names the log."""
+
+    model_dir: Path
+    log_dir: Path  # <log_name>.log per launch
+    pid_dir: Path  # the stale-server guard's pid files
+    port: int = 0  # 0: a free port per launch; else pinned
+    vram_limit_bytes: int | None = None  # cap the server's GPU memory (an emulated smaller GPU)
+    host_memory_limit_bytes: int | None = None  # cap its data segment (an emulated smaller CPU machine)
+    startup_timeout_s: float = 900.0
+
+    def launch(self, config: ServingConfig, log_name: str) -> contextlib.AbstractContextManager[ServerProcess]:
+        """A fresh server of `config`, logging to `log_dir/<log_name>.log` (see `serve`)."""
+        return serve(model_dir=self.model_dir, config=config, log_path=self.log_dir / f"{log_name}.log",
+                     pid_dir=self.pid_dir, port=self.port, vram_limit_bytes=self.vram_limit_bytes,
+                     host_memory_limit_bytes=self.host_memory_limit_bytes, startup_timeout_s=self.startup_timeout_s)
 
 
 @contextlib.contextmanager

@@ -1,11 +1,11 @@
 """A standalone fidelity study: the loop's baseline protocol, then each candidate in a fresh launch.
 
 This is what the GPU fidelity record runs (KV-cache 8/8, 4/4, 2/2; EXL3_INT8_GEMV 0 against 2). The
-baseline goes through `autoresearch.baseline.run_baseline`, as the loop's baseline trial does, without
-its speed and task stages: the reference is captured on one baseline launch (skipped where the store
-holds one for this model and probe set, unless --replace-reference), the noise floor is the baseline
-again in a *fresh* launch; every candidate runs in its own fresh process (EXL3_* variables are read at
-import), launched the loop's way (`autoresearch.servers.serve`) and judged by eval's fidelity gate.
+baseline goes through the loop's baseline protocol (`TrialRunner._baseline_evidence`) without its speed
+and task stages: the reference is captured on one baseline launch (skipped where the store holds one
+for this model and probe set, unless --replace-reference), the noise floor is the baseline again in a
+*fresh* launch; every candidate runs in its own fresh process (EXL3_* variables are read at import),
+launched the loop's way (`autoresearch.servers.ServerSpec`) and judged by eval's fidelity gate.
 
 Usage:
     python -m autoresearch sweep --model DIR --baseline base.json --candidate kv8=kv8.json ... --db sqlite:///results.db
@@ -19,12 +19,12 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from autoresearch.baseline import run_baseline
+from autoresearch.baseline import stored_reference
 from autoresearch.errors import AutoresearchError
-from autoresearch.servers import serve
+from autoresearch.servers import ServerSpec
 from eval.decision import FidelityPolicy, GatePolicy
 from eval.errors import EvalConfigError, EvalError
-from eval.fidelity import FidelityMeasurement, measure_fidelity
+from eval.fidelity import FidelityMeasurement, capture_reference, measure_fidelity
 from eval.gate import gate_candidate
 from eval.policy_args import (
     add_gate_policy_arguments,
@@ -40,8 +40,6 @@ from serving.errors import ServingError
 from serving.manifest import manifest_hash
 
 __all__ = ["SweepOutcome", "build_parser", "command", "run_sweep"]
-
-_LAUNCH_TAGS = ("baseline-reference", "baseline-floor")  # the baseline's launch 0 and launch 1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -67,27 +65,31 @@ def run_sweep(
     startup_timeout_s: float = 900.0,
 ) -> tuple[Reference, FidelityMeasurement, list[SweepOutcome]]:
     """Capture (or reuse) the reference, measure the floor in a fresh launch, then each candidate."""
+    spec = ServerSpec(model_dir=model_dir, log_dir=log_dir, pid_dir=log_dir / "servers",
+                      startup_timeout_s=startup_timeout_s)  # a free port, no memory caps
 
-    def launch(config_path: Path, tag: str):
-        config = ServingConfig.from_json(config_path.read_text())
-        return serve(model_dir=model_dir, config=config, log_path=log_dir / f"{tag}.log", pid_dir=log_dir / "servers",
-                     port=0, vram_limit_bytes=None, startup_timeout_s=startup_timeout_s)
+    def launch(config_path: Path, log_name: str):
+        return spec.launch(ServingConfig.from_json(config_path.read_text()), log_name)
 
     log_dir.mkdir(parents=True, exist_ok=True)
     baseline_label = f"baseline:{baseline_config_path.name}"
-    baseline = run_baseline(serve=lambda n: launch(baseline_config_path, _LAUNCH_TAGS[n]), store=store,
-                            probe_set=probe_set, model_manifest_hash=model_manifest_hash, label=baseline_label,
-                            floor_label=baseline_label, replace_reference=replace_reference)
+    reference = None if replace_reference else stored_reference(store, model_manifest_hash, probe_set)
+    if reference is None:  # launch 0 has nothing else to do here: no speed, no suite
+        with launch(baseline_config_path, "baseline-reference") as server:
+            reference = capture_reference(server.url, probe_set, store=store, model_manifest_hash=model_manifest_hash,
+                                          label=baseline_label, replace=replace_reference)
+    with launch(baseline_config_path, "baseline-floor") as server:  # launch 1: a fresh process
+        floor = measure_fidelity(server.url, reference, store=store, role="noise_floor", label=baseline_label)
     outcomes = []
     for label, path in candidates:
         with launch(path, f"candidate-{label}") as server:
-            measured = measure_fidelity(server.url, baseline.reference, store=store, role="candidate", label=label)
+            measured = measure_fidelity(server.url, reference, store=store, role="candidate", label=label)
         record = gate_candidate(store, model_manifest_hash=model_manifest_hash, candidate_label=label,
                                 baseline_label=baseline_label, policy=GatePolicy(fidelity=policy),
-                                floor=baseline.fidelity_floor, candidate_fidelity=measured)
+                                floor=floor, candidate_fidelity=measured)
         outcomes.append(SweepOutcome(label=label, measurement=measured, passed=record.decision.passed,
                                      decision_id=record.decision_id, reasons=record.decision.reasons))
-    return baseline.reference, baseline.fidelity_floor, outcomes
+    return reference, floor, outcomes
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,19 +11,17 @@ slower than the gated front is PRUNED after its speed is stored, and so is a dup
 lowest-numbered trial of a configuration measures it). Programming errors propagate.
 
 The baseline trial is special: it is checked for feasibility like any trial, then runs the baseline
-protocol of `autoresearch.baseline` (measured first; the fidelity reference and the suite's results; a
-second launch for the noise floors of speed and fidelity) and records it. A baseline that fails any
-stage records its reason like any trial and stops the study (BaselineFailed). Every candidate waits
-for its evidence and is judged against it. Server info and provenance come from
+protocol (`_baseline_evidence`: measured first; the fidelity reference and the suite's results; a
+second launch for the noise floors of speed and fidelity) and records its evidence
+(`autoresearch.baseline`). A baseline that fails any stage records its reason like any trial and
+stops the study (BaselineFailed). Every candidate waits for its evidence and is judged against it. Server info and provenance come from
 `autoresearch.provenance`, the memory model's calibration from `autoresearch.memory`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
-import secrets
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -33,8 +31,8 @@ import optuna
 from autoresearch.baseline import (
     BaselineEvidence,
     measured_or_stop,
-    run_baseline,
     save_baseline,
+    stored_reference,
     wait_for_baseline,
 )
 from autoresearch.db import ResultsDB
@@ -49,21 +47,21 @@ from autoresearch.progress import Progress
 from autoresearch.provenance import record_provenance, server_info
 from autoresearch.ranking import RATES, REQUEST_SPEEDUP, objective_rates, save_request_mix
 from autoresearch.request_time import RequestMix
-from autoresearch.servers import serve
 from autoresearch.study import CONSTRAINTS, baseline_trial_params
-from bench import BenchError, BenchResult, noise_floor, run_bench
+from bench import BenchError, BenchResult, noise_floor
 from bench.metrics import Metric
 from eval import (
     EvalStore,
     SuiteOverrides,
     apply_overrides,
     build_probe_set,
+    capture_reference,
     gate_candidate,
     get_suite,
     measure_fidelity,
 )
 from eval.errors import EvalError, TasksetRunError
-from openai_client import ClientError, Endpoint
+from openai_client import ClientError
 from results import to_jsonable
 from search_space import (
     MemoryModel,
@@ -317,7 +315,7 @@ class TrialRunner:
         worst = max((v for k, v in (floor.rel_diff if floor else ()) if Metric.parse(k).client_timed), default=0.0)
         return max(self.plan.dominated_margin_rel, 2.0 * worst)
 
-    # ---- the baseline (its protocol: autoresearch.baseline) ----
+    # ---- the baseline (its evidence: autoresearch.baseline) ----
 
     def _baseline(self, trial: optuna.Trial, config: ServingConfig, record: _Record) -> tuple[float, float]:
         """The baseline protocol; a baseline that fails in any stage ends its trial with the reason and
@@ -333,30 +331,8 @@ class TrialRunner:
                                  outcome=TrialOutcome.INFEASIBLE)
         record.constraints["fits"] = OK
         self._stage(record, "launch")
-
-        def measure(server, launch: int) -> tuple[float, float, BenchResult]:
-            record.constraints["launch_ok"] = OK
-            def bench_and_objectives() -> tuple[float, float, BenchResult]:
-                bench = self._bench(trial, config, server, launch=launch)
-                return (*objectives_from_bench(bench), bench)
-
-            decode, prefill, bench = measured_or_stop(bench_and_objectives, launch=launch,
-                                                      server_failure=lambda: self._server_failure(server))
-            record.constraints["measured"] = OK
-            if launch == 0:
-                trial.set_user_attr("decode_tok_per_s", decode)
-                trial.set_user_attr("prefill_tok_per_s", prefill)
-            return decode, prefill, bench
-
         try:
-            run = run_baseline(
-                serve=lambda launch: self._server(trial, config, launch=launch), store=self.store,
-                probe_set=self.probe_set, model_manifest_hash=self.plan.model.manifest_hash, label=label,
-                floor_label=label + "#2", measure=measure,
-                suite=(lambda server: self.tier.baseline_first(server, label=label, trial=trial.number,
-                                                               config_digest=config.digest))
-                if self.tier is not None else None,
-                stage=lambda name: self._stage(record, name))
+            evidence = self._baseline_evidence(trial, config, record, label)
         except BaselineFailed as exc:
             record.fail(exc.constraint, str(exc))
             record.end(TrialOutcome(exc.outcome))
@@ -371,19 +347,67 @@ class TrialRunner:
             record.fail(constraint, f"the baseline's {stage} stage failed: {type(exc).__name__}: {exc}")
             record.end(TrialOutcome.EVAL_ERROR)
             raise BaselineFailed(record.reasons[-1], constraint=constraint, outcome=TrialOutcome.EVAL_ERROR) from exc
-        (decode, prefill, bench), (*_, bench2) = run.measured
-        evidence = BaselineEvidence(label=label, reference=run.reference, fidelity_floor=run.fidelity_floor,
-                                    suite=run.suite, bench=bench,
-                                    speed_floor=noise_floor(bench.samples(), bench2.samples()),
-                                    trial_number=trial.number)
+        bench, floor = evidence.bench, evidence.fidelity_floor
         trial.set_user_attr(RATES, objective_rates(bench))
         trial.set_user_attr(REQUEST_SPEEDUP, 1.0)
         save_request_mix(trial.study, RequestMix.from_bench(bench))  # before the evidence: candidates wait on that
         save_baseline(trial.study, evidence)
-        self._measure(trial, config, "fidelity", {"measurement_id": run.fidelity_floor.measurement_id,
-                                                  "metrics": run.fidelity_floor.metrics, "role": "noise_floor"})
+        self._measure(trial, config, "fidelity", {"measurement_id": floor.measurement_id, "metrics": floor.metrics,
+                                                  "role": "noise_floor"})
         record.constraints.update(fidelity=OK, tasks=OK)
-        return record.end(TrialOutcome.BASELINE, (decode, prefill))
+        return record.end(TrialOutcome.BASELINE, objectives_from_bench(bench))
+
+    def _baseline_evidence(self, trial: optuna.Trial, config: ServingConfig, record: _Record,
+                           label: str) -> BaselineEvidence:
+        """What every candidate is judged against, measured in two launches of the baseline's configuration.
+
+        - launch 0: speed first (a baseline that cannot be measured stops the study: BaselineUnmeasured, as
+          it does where its second launch cannot be measured), then the fidelity reference (the stored one
+          for this model and probe set, else captured here), then the baseline's first answers on the task
+          suite (autoresearch.task_tier: the fewest tasks any walk needs; the rest is answered lazily, as far
+          as candidates' walks need it; first answers with failed episodes are answered once more, and
+          answers that still cannot be the reference stop the study);
+        - launch 1, a fresh process of the same configuration: speed again, then the fidelity noise floor.
+          Bench comes first in both launches, as in every candidate's: a server warmed by the fidelity
+          probes decoded 27% faster at 1K on the real 0.5B, and that order effect became "noise".
+
+        `python -m autoresearch sweep` runs the same protocol without its speed and task stages.
+        """
+        reference = stored_reference(self.store, self.plan.model.manifest_hash, self.probe_set)
+        suite = None
+        with self._server(trial, config, launch=0) as server:
+            self._stage(record, "bench")  # first: a baseline that cannot be measured stops the study at once
+            bench = self._baseline_bench(trial, config, record, server, launch=0)
+            self._stage(record, "reference")
+            if reference is None:
+                reference = capture_reference(server.url, self.probe_set, store=self.store, label=label,
+                                              model_manifest_hash=self.plan.model.manifest_hash, replace=False)
+            if self.tier is not None:
+                self._stage(record, "tasks")
+                suite = self.tier.baseline_first(server, label=label, trial=trial.number, config_digest=config.digest)
+        self._stage(record, "noise floor")
+        with self._server(trial, config, launch=1) as server:
+            second = self._baseline_bench(trial, config, record, server, launch=1)  # bench first, as in launch 0
+            floor = measure_fidelity(server.url, reference, store=self.store, role="noise_floor", label=label + "#2")
+        return BaselineEvidence(label=label, reference=reference, fidelity_floor=floor, suite=suite, bench=bench,
+                                speed_floor=noise_floor(bench.samples(), second.samples()), trial_number=trial.number)
+
+    def _baseline_bench(self, trial: optuna.Trial, config: ServingConfig, record: _Record, server,
+                        launch: int) -> BenchResult:
+        """The baseline's speed in this launch, or BaselineUnmeasured (measured_or_stop)."""
+        record.constraints["launch_ok"] = OK
+
+        def bench_and_objectives() -> tuple[float, float, BenchResult]:
+            bench = self._bench(trial, config, server, launch=launch)
+            return (*objectives_from_bench(bench), bench)
+
+        decode, prefill, bench = measured_or_stop(bench_and_objectives, launch=launch,
+                                                  server_failure=lambda: self._server_failure(server))
+        record.constraints["measured"] = OK
+        if launch == 0:
+            trial.set_user_attr("decode_tok_per_s", decode)
+            trial.set_user_attr("prefill_tok_per_s", prefill)
+        return bench
 
     def _wait_for_baseline(self, trial: optuna.Trial) -> BaselineEvidence:
         return wait_for_baseline(trial, store=self.store, db=self.db, study_name=self.plan.study_name,
@@ -427,19 +451,12 @@ class TrialRunner:
     def _server(self, trial: optuna.Trial, config: ServingConfig, launch: int = 0):
         if trial.user_attrs.get("stage") != "launch":  # a record that already timed it as a stage
             self._stage_name(trial, "launch")
-        study_dir = self.plan.study_dir
-        log_path = study_dir / "logs" / f"trial-{trial.number:04d}-{config.digest[:12]}-{launch}.log"
-        return serve(model_dir=self.plan.model.path, config=config, log_path=log_path, pid_dir=study_dir / "servers",
-                     port=self.plan.port, vram_limit_bytes=self.plan.vram_bytes if self.plan.emulate_vram else None,
-                     host_memory_limit_bytes=self.plan.host_memory_limit_bytes,
-                     startup_timeout_s=self.plan.startup_timeout_s)
+        return self.plan.server_spec.launch(config, f"trial-{trial.number:04d}-{config.digest[:12]}-{launch}")
 
     def _bench(self, trial: optuna.Trial, config: ServingConfig, server, launch: int = 0) -> BenchResult:
         """Measure and store; raises Unmeasured when bench cannot run (a context too small, a dead server)."""
         try:
-            # a fresh salt per run: no prompt of an earlier run may be found in any cache
-            plan = dataclasses.replace(self.plan.bench_plan, salt=secrets.token_hex(4))
-            result = run_bench(plan, Endpoint(url=server.url), workload=self.plan.workload)
+            result = self.plan.fresh_bench(server)
         except (BenchError, ClientError) as exc:
             log.warning("bench failed on trial %d: %s", trial.number, exc)
             self._measure(trial, config, "bench_error", {"error": str(exc)}, launch=launch)

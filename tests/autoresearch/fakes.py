@@ -1,8 +1,9 @@
 """Test doubles at the loop's outside boundaries, named as such: the launcher and bench's measurements.
 
 `FakeLauncher` stands in for `autoresearch.servers.serve` (no process starts) and for `bench.run_bench`
-(each launch's bench result is scripted from the speeds the test gives its configuration), in the
-trial runner and the finalists' confirmation alike. Everything else is real: Optuna, the stage
+(each launch's bench result is scripted from the speeds the test gives its configuration), at every
+launch of the study's `ServerSpec` and every `RunPlan.fresh_bench`: the trial runner and the
+finalists' confirmation alike. Everything else is real: Optuna, the stage
 machine, the results database, the memory model. A fake server answers nothing over HTTP (its URL
 is a closed port), so a stage that talks to it (fidelity, the suite, /v1/server_info) fails as it
 would against a server that does not answer.
@@ -93,9 +94,8 @@ class FakeLauncher:
     on_launch: Callable[[ServingConfig], None] | None = None
 
     def install(self, monkeypatch) -> FakeLauncher:
-        for module in ("autoresearch.trial", "autoresearch.finalists"):
-            monkeypatch.setattr(f"{module}.serve", self.serve)
-            monkeypatch.setattr(f"{module}.run_bench", self.run_bench)
+        monkeypatch.setattr("autoresearch.servers.serve", self.serve)  # ServerSpec.launch calls it
+        monkeypatch.setattr("autoresearch.plan.run_bench", self.run_bench)  # RunPlan.fresh_bench calls it
         monkeypatch.setattr("autoresearch.trial.server_info", lambda url: None)  # a fake server has no info
         return self
 

@@ -1,13 +1,17 @@
-"""A baseline fails like any trial, with its reason in the trial, and stops the study: nothing can be
-judged against it. (Its task suite's answers are answered once more when they had operational failures:
-tests/autoresearch/test_task_tier.py, where the lazy baseline answers.)"""
+"""The baseline's two launches, in their order; and a baseline fails like any trial, with its reason in
+the trial, and stops the study: nothing can be judged against it. (Its task suite's answers are answered
+once more when they had operational failures: tests/autoresearch/test_task_tier.py, where the lazy
+baseline answers.)"""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import optuna
 import pytest
 
-from autoresearch.errors import BaselineFailed
+from autoresearch import trial as trial_module
+from autoresearch.errors import BaselineFailed, BaselineUnmeasured
 from autoresearch.outcome import TrialOutcome
 from autoresearch.report import write_report
 from serving.errors import OutOfMemoryAtLoad
@@ -23,6 +27,38 @@ def _fail_baseline(env: StageEnv) -> optuna.trial.FrozenTrial:
     assert trial.state == optuna.trial.TrialState.FAIL  # the study stops; a later run retries it
     assert str(caught.value) in trial.user_attrs["reasons"][-1] or trial.user_attrs["reasons"][-1] in str(caught.value)
     return trial
+
+
+def test_the_baseline_is_measured_first_in_both_launches_then_reference_suite_and_floor(tmp_path, small_model,
+                                                                                       monkeypatch):
+    env = StageEnv.make(tmp_path, small_model)
+    calls: list[str] = []
+    launcher = FakeLauncher(on_launch=lambda config: calls.append(f"launch {len(launcher.launches) - 1}"))
+    launcher.install(monkeypatch)
+    monkeypatch.setattr("autoresearch.plan.run_bench",
+                        lambda *a, **kw: calls.append("bench") or launcher.run_bench(*a, **kw))
+    # stand-ins for eval's calls on the fake server (it answers nothing) and for the suite's first answers
+    reference = SimpleNamespace(model_manifest_hash="h", probe_set_digest="d")
+    monkeypatch.setattr(trial_module, "capture_reference", lambda url, probes, **kw: calls.append("capture") or reference)
+    monkeypatch.setattr(trial_module, "measure_fidelity", lambda url, ref, **kw: calls.append(f"floor:{kw['label']}")
+                        or SimpleNamespace(measurement_id=1, metrics={}))
+    suite_ok = SimpleNamespace(suite_run_id=7, tasksets=())
+    env.runner.tier = SimpleNamespace(baseline_first=lambda server, **kw: calls.append("suite") or suite_ok)
+    trial = env.run(None, role="baseline")
+    assert calls == ["launch 0", "bench", "capture", "suite", "launch 1", "bench", "floor:stages:baseline#2"]
+    assert list(trial.user_attrs["stage_s"]) == ["feasibility", "launch", "bench", "reference", "tasks",
+                                                 "noise floor"]
+    assert TrialOutcome.of(trial) is TrialOutcome.BASELINE and launcher.benched == [env.digest()] * 2
+    assert env.study.user_attrs["baseline_evidence"]["suite_run_id"] == 7
+
+
+def test_a_baseline_that_cannot_be_measured_says_which_launch_and_why(tmp_path, small_model, monkeypatch):
+    env = StageEnv.make(tmp_path, small_model)
+    launcher = FakeLauncher(speeds={"*": None}).install(monkeypatch)
+    with pytest.raises(BaselineUnmeasured, match=r"launch 0\): decode_tok_per_s_client@1024") as caught:
+        env.run(None, role="baseline")
+    assert (caught.value.constraint, caught.value.outcome) == ("measured", "unmeasured")
+    assert len(launcher.launches) == 1  # no reference, no second launch
 
 
 def test_a_baseline_that_cannot_fit_is_refused_before_any_launch(tmp_path, small_model, monkeypatch):

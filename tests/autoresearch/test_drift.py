@@ -91,9 +91,8 @@ class ScriptedMachine:
 def machine(monkeypatch):
     """The scripted machine at every launch the trial runner and the drift check make."""
     m = ScriptedMachine(halve_from=5)  # launches 1-2: the baseline, 3-4: trials 1-2, 5: the first drift check
-    for module in (trial_module, drift):
-        monkeypatch.setattr(module, "serve", m.serve)
-        monkeypatch.setattr(module, "run_bench", m.run_bench)
+    monkeypatch.setattr("autoresearch.servers.serve", m.serve)  # every ServerSpec.launch
+    monkeypatch.setattr("autoresearch.plan.run_bench", m.run_bench)  # every RunPlan.fresh_bench
     monkeypatch.setattr(trial_module, "server_info", lambda url: None)  # the double has no /v1/server_info
     # the gate after the dominance check: stand-ins that pass (the fidelity gate has its own tests)
     monkeypatch.setattr(trial_module, "measure_fidelity",
@@ -236,9 +235,8 @@ def test_a_floor_wider_than_a_steady_machine_gives_is_said_out_loud():
 
 def test_an_unsteady_baseline_is_logged_once_and_prunes_no_candidate(plan, monkeypatch, caplog):
     machine = ScriptedMachine(halve_from=2)  # the baseline's second launch runs at half speed
-    for module in (trial_module, drift):
-        monkeypatch.setattr(module, "serve", machine.serve)
-        monkeypatch.setattr(module, "run_bench", machine.run_bench)
+    monkeypatch.setattr("autoresearch.servers.serve", machine.serve)  # every ServerSpec.launch
+    monkeypatch.setattr("autoresearch.plan.run_bench", machine.run_bench)  # every RunPlan.fresh_bench
     monkeypatch.setattr(trial_module, "server_info", lambda url: None)
     monkeypatch.setattr(trial_module, "measure_fidelity", lambda *a, **kw: SimpleNamespace(measurement_id=1, metrics={}))
     monkeypatch.setattr(trial_module, "gate_candidate", lambda *a, **kw: SimpleNamespace(

@@ -71,7 +71,7 @@ def _minimized(env, champion_changes: dict, minimal_changes: dict) -> Minimizati
 
 def test_a_lossless_minimal_champion_passes_with_one_decision_row_and_export_writes_it(env, monkeypatch, capsys):
     launcher = FakeLauncher()
-    monkeypatch.setattr(minimal_gate, "serve", launcher.serve)
+    monkeypatch.setattr("autoresearch.servers.serve", launcher.serve)
     labels = _scripted_fidelity(env, monkeypatch, LOSSLESS)
     result = _minimized(env, {"max_chunk_size": 4096, "prefill_cooldown": 3}, {"max_chunk_size": 4096})
 
@@ -93,7 +93,7 @@ def test_a_lossless_minimal_champion_passes_with_one_decision_row_and_export_wri
 
 def test_a_minimal_champion_that_loses_fidelity_fails_and_export_keeps_the_confirmed_champion(env, monkeypatch,
                                                                                               tmp_path, capsys):
-    monkeypatch.setattr(minimal_gate, "serve", FakeLauncher().serve)
+    monkeypatch.setattr("autoresearch.servers.serve", FakeLauncher().serve)
     labels = _scripted_fidelity(env, monkeypatch, BROKEN)
     result = _minimized(env, {"max_chunk_size": 4096, "prefill_cooldown": 3}, {"prefill_cooldown": 3})
 
@@ -112,7 +112,7 @@ def test_a_minimal_champion_whose_launch_fails_did_not_pass(env, monkeypatch):
     result = _minimized(env, {"max_chunk_size": 4096, "prefill_cooldown": 3}, {"max_chunk_size": 4096})
     launcher = FakeLauncher(fails={result.minimal.digest: ServerCrashed("exited with -11",
                                                                         log_tail="Segmentation fault")})
-    monkeypatch.setattr(minimal_gate, "serve", launcher.serve)
+    monkeypatch.setattr("autoresearch.servers.serve", launcher.serve)
     labels = _scripted_fidelity(env, monkeypatch, LOSSLESS)
 
     verdict = gate_minimal(env.plan, env.study, env.db, env.store, None, result)
@@ -145,7 +145,7 @@ class _Tier:
 
 @pytest.mark.parametrize("tasks_pass", [True, False])
 def test_with_a_suite_the_task_tier_judges_it_under_its_own_name_after_fidelity(env, monkeypatch, tasks_pass):
-    monkeypatch.setattr(minimal_gate, "serve", FakeLauncher().serve)
+    monkeypatch.setattr("autoresearch.servers.serve", FakeLauncher().serve)
     _scripted_fidelity(env, monkeypatch, LOSSLESS)
     result = _minimized(env, {"max_chunk_size": 4096, "prefill_cooldown": 3}, {"max_chunk_size": 4096})
     tier = _Tier(env, passed=tasks_pass)
@@ -161,7 +161,7 @@ def test_with_a_suite_the_task_tier_judges_it_under_its_own_name_after_fidelity(
 
 
 def test_with_a_suite_a_fidelity_failure_is_the_last_tier_and_saves_the_one_row(env, monkeypatch):
-    monkeypatch.setattr(minimal_gate, "serve", FakeLauncher().serve)
+    monkeypatch.setattr("autoresearch.servers.serve", FakeLauncher().serve)
     labels = _scripted_fidelity(env, monkeypatch, BROKEN)
     result = _minimized(env, {"max_chunk_size": 4096, "prefill_cooldown": 3}, {"max_chunk_size": 4096})
     tier = _Tier(env, passed=True)

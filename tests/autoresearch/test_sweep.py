@@ -1,8 +1,9 @@
 """`python -m autoresearch sweep`: the loop's baseline protocol, then each candidate in a fresh launch.
 
 The end-to-end test runs the command the GPU fidelity record runs, on the tiny model with CPU-engine
-configurations; the others check the protocol's order of launches and stages with named stand-ins
-for eval's fidelity calls (no server).
+configurations; the others check the order of its launches with named stand-ins for the launcher and
+eval's fidelity calls (no server). The loop's own baseline, with its speed and task stages, is checked
+in tests/autoresearch/test_baseline_failures.py.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from autoresearch import baseline
-from autoresearch.baseline import run_baseline
-from autoresearch.errors import BaselineUnmeasured
+from autoresearch import sweep
+from autoresearch.sweep import run_sweep
+from eval.decision import FidelityPolicy
 from eval.errors import MissingReference
 from eval.store import EvalStore
 
@@ -41,55 +42,39 @@ class _Store:
 
 @pytest.fixture
 def calls(monkeypatch):
-    """Record the protocol's launches, stages and eval calls; the eval calls are stand-ins."""
+    """Record the sweep's launches (by log name) and eval calls; both are stand-ins."""
     log: list[str] = []
-    monkeypatch.setattr(baseline, "capture_reference", lambda url, probes, **kw: log.append(f"capture@{url}") or "ref")
-    monkeypatch.setattr(baseline, "measure_fidelity",
+
+    @contextlib.contextmanager
+    def serve(*, log_path, **_):
+        log.append(f"launch {log_path.stem}")
+        yield SimpleNamespace(url=log_path.stem)
+
+    monkeypatch.setattr("autoresearch.servers.serve", serve)
+    monkeypatch.setattr(sweep, "capture_reference", lambda url, probes, **kw: log.append(f"capture@{url}") or "ref")
+    monkeypatch.setattr(sweep, "measure_fidelity",
                         lambda url, ref, **kw: log.append(f"floor@{url}:{kw['label']}") or "floor")
     return log
 
 
-def _serve(log):
-    @contextlib.contextmanager
-    def serve(launch):
-        log.append(f"launch {launch}")
-        yield SimpleNamespace(url=f"s{launch}")
-    return serve
+def _baseline_only(tmp_path: Path, store: _Store):
+    (tmp_path / "fp32.json").write_text(json.dumps(FP32))
+    return run_sweep(model_dir=tmp_path, baseline_config_path=tmp_path / "fp32.json", candidates=[],
+                     probe_set=SimpleNamespace(digest="d"), store=store, model_manifest_hash="h",
+                     log_dir=tmp_path / "logs", policy=FidelityPolicy())
 
 
-def test_without_speed_or_suite_a_stored_reference_skips_the_first_launch(calls):
-    run = run_baseline(serve=_serve(calls), store=_Store("stored"), probe_set=SimpleNamespace(digest="d"),
-                       model_manifest_hash="h", label="b", floor_label="b#2")
-    assert calls == ["launch 1", "floor@s1:b#2"]
-    assert (run.reference, run.fidelity_floor, run.suite, run.measured) == ("stored", "floor", None, None)
+def test_a_stored_reference_skips_the_first_launch(calls, tmp_path):
+    reference, floor, outcomes = _baseline_only(tmp_path, _Store("stored"))
+    assert calls == ["launch baseline-floor", "floor@baseline-floor:baseline:fp32.json"]
+    assert (reference, floor, outcomes) == ("stored", "floor", [])
 
 
-def test_the_baseline_is_measured_first_in_both_launches_then_reference_suite_and_floor(calls):
-    stages: list[str] = []
-    suite_ok = SimpleNamespace(tasksets=())
-    run = run_baseline(serve=_serve(calls), store=_Store(), probe_set=SimpleNamespace(digest="d"),
-                       model_manifest_hash="h", label="b", floor_label="b#2",
-                       measure=lambda server, n: calls.append(f"bench@{server.url}") or n,
-                       suite=lambda server: calls.append(f"suite@{server.url}") or suite_ok,
-                       stage=stages.append)
-    assert calls == ["launch 0", "bench@s0", "capture@s0", "suite@s0", "launch 1", "bench@s1", "floor@s1:b#2"]
-    assert stages == ["bench", "reference", "tasks", "noise floor"]
-    assert run.measured == (0, 1) and run.suite is suite_ok
-
-
-def test_a_baseline_that_cannot_be_measured_says_which_launch_and_why(calls):
-    from autoresearch.errors import Unmeasured
-
-    def measure(server, n):
-        def bench():
-            raise Unmeasured("decode@1024: no valid run")
-        return baseline.measured_or_stop(bench, launch=n, server_failure=lambda: None)
-
-    with pytest.raises(BaselineUnmeasured, match=r"launch 0\): decode@1024") as caught:
-        run_baseline(serve=_serve(calls), store=_Store(), probe_set=SimpleNamespace(digest="d"),
-                     model_manifest_hash="h", label="b", floor_label="b#2", measure=measure)
-    assert (caught.value.constraint, caught.value.outcome) == ("measured", "unmeasured")
-    assert calls == ["launch 0"]
+def test_the_reference_is_captured_on_launch_0_and_the_floor_measured_on_a_fresh_launch_1(calls, tmp_path):
+    reference, floor, _ = _baseline_only(tmp_path, _Store())
+    assert calls == ["launch baseline-reference", "capture@baseline-reference",
+                     "launch baseline-floor", "floor@baseline-floor:baseline:fp32.json"]
+    assert (reference, floor) == ("ref", "floor")
 
 
 @pytest.mark.slow

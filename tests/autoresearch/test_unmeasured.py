@@ -110,9 +110,9 @@ def test_a_baseline_whose_answers_all_hit_the_budget_stops_a_judged_study(tmp_pa
                  "--task-power", "0.5", "--task-alpha", "0.4"])
     assert code == 1
     err = capsys.readouterr().err
-    assert "the baseline's task suite cannot be the reference" in err and "hit the 16-token budget" in err
+    assert "the baseline's answers cannot be the reference" in err and "hit the 16-token budget" in err
     text = (tmp_path / "RESULTS.md").read_text()
-    assert "**The study stopped: the baseline's task suite cannot be the reference" in text
+    assert "**The study stopped: the baseline's answers cannot be the reference" in text
     (study_name,) = optuna.get_all_study_names("sqlite:///results.db")
     trial, *levers = optuna.load_study(study_name=study_name, storage="sqlite:///results.db").get_trials()
     assert trial.user_attrs["outcome"] == "baseline_tasks_invalid"

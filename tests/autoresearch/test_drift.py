@@ -87,10 +87,8 @@ class ScriptedMachine:
         return _result({8192: [prefill] * 3}, {(1024, "math"): [decode] * 3})
 
 
-@pytest.fixture
-def machine(monkeypatch):
+def _install(m: ScriptedMachine, monkeypatch) -> ScriptedMachine:
     """The scripted machine at every launch the trial runner and the drift check make."""
-    m = ScriptedMachine(halve_from=5)  # launches 1-2: the baseline, 3-4: trials 1-2, 5: the first drift check
     monkeypatch.setattr("autoresearch.servers.serve", m.serve)  # every ServerSpec.launch
     monkeypatch.setattr("autoresearch.plan.run_bench", m.run_bench)  # every RunPlan.fresh_bench
     monkeypatch.setattr(trial_module, "server_info", lambda url: None)  # the double has no /v1/server_info
@@ -100,6 +98,12 @@ def machine(monkeypatch):
     monkeypatch.setattr(trial_module, "gate_candidate", lambda *a, **kw: SimpleNamespace(
         decision=SimpleNamespace(passed=True, failed_stage=None, reasons=[]), decision_id=1))
     return m
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    return _install(ScriptedMachine(halve_from=5), monkeypatch)  # launches 1-2: the baseline, 3-4: trials 1-2,
+    # 5: the first drift check
 
 
 @pytest.fixture
@@ -234,13 +238,7 @@ def test_a_floor_wider_than_a_steady_machine_gives_is_said_out_loud():
 
 
 def test_an_unsteady_baseline_is_logged_once_and_prunes_no_candidate(plan, monkeypatch, caplog):
-    machine = ScriptedMachine(halve_from=2)  # the baseline's second launch runs at half speed
-    monkeypatch.setattr("autoresearch.servers.serve", machine.serve)  # every ServerSpec.launch
-    monkeypatch.setattr("autoresearch.plan.run_bench", machine.run_bench)  # every RunPlan.fresh_bench
-    monkeypatch.setattr(trial_module, "server_info", lambda url: None)
-    monkeypatch.setattr(trial_module, "measure_fidelity", lambda *a, **kw: SimpleNamespace(measurement_id=1, metrics={}))
-    monkeypatch.setattr(trial_module, "gate_candidate", lambda *a, **kw: SimpleNamespace(
-        decision=SimpleNamespace(passed=True, failed_stage=None, reasons=[]), decision_id=1))
+    machine = _install(ScriptedMachine(halve_from=2), monkeypatch)  # the baseline's second launch at half speed
     space = build_space(SpaceContext(engine="transformers", model=read_model_info(plan.model.path)))
     study = open_study(plan, space)
     db = ResultsDB(plan.storage_url)

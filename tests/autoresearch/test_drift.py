@@ -146,7 +146,8 @@ def _baseline_measured(study, plan, space, db, machine):
                            speed_floor=NoiseFloor(rel_diff=()), trial_number=0)
 
 
-def test_the_baseline_halving_mid_study_is_reported_and_prunes_no_candidate(plan, machine, monkeypatch, caplog):
+def _study_after_baseline(plan, machine, monkeypatch):
+    """The study with its baseline measured on the scripted machine, and a trial runner that reads it."""
     space = build_space(SpaceContext(engine="transformers", model=read_model_info(plan.model.path)))
     study = open_study(plan, space)
     db = ResultsDB(plan.storage_url)
@@ -154,6 +155,11 @@ def test_the_baseline_halving_mid_study_is_reported_and_prunes_no_candidate(plan
     monkeypatch.setattr(trial_module, "wait_for_baseline", lambda trial, **kw: evidence)
     runner = TrialRunner(plan, space, db, EvalStore(plan.storage_url),
                          Progress(study=plan.study_name, trials=20, hours=None, live=False))
+    return study, db, runner
+
+
+def test_the_baseline_halving_mid_study_is_reported_and_prunes_no_candidate(plan, machine, monkeypatch, caplog):
+    study, db, runner = _study_after_baseline(plan, machine, monkeypatch)
     base = study.trials[0].params
     for chunk in (64, 128, 256, 512):
         study.enqueue_trial({**base, "prefill_chunk_size": chunk})
@@ -194,13 +200,7 @@ def test_the_baseline_halving_mid_study_is_reported_and_prunes_no_candidate(plan
 
 def test_with_the_check_off_the_study_prunes_on_raw_speeds_and_launches_no_baseline(plan, machine, monkeypatch):
     plan = dataclasses.replace(plan, drift=DriftPolicy(every_trials=None, every_minutes=None))
-    space = build_space(SpaceContext(engine="transformers", model=read_model_info(plan.model.path)))
-    study = open_study(plan, space)
-    db = ResultsDB(plan.storage_url)
-    evidence = _baseline_measured(study, plan, space, db, machine)
-    monkeypatch.setattr(trial_module, "wait_for_baseline", lambda trial, **kw: evidence)
-    runner = TrialRunner(plan, space, db, EvalStore(plan.storage_url),
-                         Progress(study=plan.study_name, trials=20, hours=None, live=False))
+    study, db, runner = _study_after_baseline(plan, machine, monkeypatch)
     for chunk in (64, 128, 256):
         study.enqueue_trial({**study.trials[0].params, "prefill_chunk_size": chunk})
     study.optimize(runner, n_trials=3)
@@ -239,13 +239,7 @@ def test_a_floor_wider_than_a_steady_machine_gives_is_said_out_loud():
 
 def test_an_unsteady_baseline_is_logged_once_and_prunes_no_candidate(plan, monkeypatch, caplog):
     machine = _install(ScriptedMachine(halve_from=2), monkeypatch)  # the baseline's second launch at half speed
-    space = build_space(SpaceContext(engine="transformers", model=read_model_info(plan.model.path)))
-    study = open_study(plan, space)
-    db = ResultsDB(plan.storage_url)
-    evidence = _baseline_measured(study, plan, space, db, machine)
-    monkeypatch.setattr(trial_module, "wait_for_baseline", lambda trial, **kw: evidence)
-    runner = TrialRunner(plan, space, db, EvalStore(plan.storage_url),
-                         Progress(study=plan.study_name, trials=20, hours=None, live=False))
+    study, db, runner = _study_after_baseline(plan, machine, monkeypatch)
     for chunk in (64, 128):
         study.enqueue_trial({**study.trials[0].params, "prefill_chunk_size": chunk})
     with caplog.at_level(logging.WARNING, logger="autoresearch.drift"):

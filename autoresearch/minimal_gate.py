@@ -57,19 +57,13 @@ def gate_minimal(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalS
         with contextlib.ExitStack() as stack:
             server = stack.enter_context(plan.server_spec.launch(config, name))
             fidelity = measure_fidelity(server.url, baseline.reference, store=store, role="candidate", label=label)
-
-            def decide(save: bool):
-                return gate_candidate(store, model_manifest_hash=plan.model.manifest_hash, candidate_label=label,
-                                      baseline_label=baseline.label, policy=plan.gate_policy,
-                                      floor=baseline.fidelity_floor, candidate_fidelity=fidelity, save=save)
-
-            gate = decide(save=tier is None)
-            if tier is not None:
-                if gate.decision.passed:  # one server at a time: the tier stops this one before the baseline's
-                    gate, _ = tier.judge(study, trial=None, label=label, config=config, baseline=baseline,
-                                         fidelity=fidelity, server=server, release=stack.close, name=name)
-                else:
-                    gate = decide(save=True)  # fidelity was the last tier that ran: its one decision row
+            gate = gate_candidate(store, model_manifest_hash=plan.model.manifest_hash, candidate_label=label,
+                                  baseline_label=baseline.label, policy=plan.gate_policy,
+                                  floor=baseline.fidelity_floor, candidate_fidelity=fidelity,
+                                  tiers_follow=tier is not None)
+            if tier is not None and gate.decision.passed:  # the tier stops this server before the baseline's
+                gate, _ = tier.judge(study, trial=None, label=label, config=config, baseline=baseline,
+                                     fidelity=fidelity, server=server, release=stack.close, name=name)
     except (LaunchError, EvalError, BaselineFailed) as exc:
         log.error("the minimal champion could not be judged: %s", exc)
         verdict = {"passed": False, "reason": f"it could not be judged: {type(exc).__name__}: {exc}"}

@@ -234,10 +234,8 @@ class TrialRunner:
                 trial.set_user_attr("fidelity_measurement_id", fidelity.measurement_id)
                 trial.set_user_attr("gate_label", self._label(trial, config))
                 judge_here = self.tier is not None and self.plan.task_tier_scope == "every"
-                gate = self._fidelity_gate(trial, config, baseline, fidelity, save=not judge_here)
+                gate = self._fidelity_gate(trial, config, baseline, fidelity, tiers_follow=judge_here)
                 if not gate.decision.passed:
-                    if judge_here:  # fidelity was the last tier this trial ran: its one decision row
-                        gate = self._fidelity_gate(trial, config, baseline, fidelity, save=True)
                     return self._gated(trial, config, record, gate, decode, prefill)
                 record.constraints["fidelity"] = OK
                 return self._task_tier(trial, config, record, gate, (decode, prefill),
@@ -280,11 +278,11 @@ class TrialRunner:
         return self._gated(trial, config, record, gate, *values)
 
     def _fidelity_gate(self, trial, config: ServingConfig, baseline: BaselineEvidence, fidelity,
-                       *, save: bool):
+                       *, tiers_follow: bool):
         return gate_candidate(self.store, model_manifest_hash=self.plan.model.manifest_hash,
                               candidate_label=self._label(trial, config), baseline_label=baseline.label,
                               policy=self.plan.gate_policy, floor=baseline.fidelity_floor, candidate_fidelity=fidelity,
-                              save=save)
+                              tiers_follow=tiers_follow)
 
     def _launch_failed(self, trial, config: ServingConfig, record: _Record, exc: LaunchError) -> tuple[float, float]:
         record.fail("launch_ok", f"{exc.reason}: {exc}")

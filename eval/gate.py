@@ -2,10 +2,10 @@
 
 Tiers run cheapest first. The loop measures fidelity; when `decide_fidelity` fails it calls
 `gate_candidate` with the fidelity evidence alone (the suites are skipped); otherwise it runs the
-suite on the candidate and calls `gate_candidate` with both. A call with `save=True` (the default)
-stores one eval_decisions row with the policy, the verdicts and the ids of the measurements and suite
-runs it used; the loop saves one row per candidate, after the last tier that ran, so a candidate that
-passed fidelity and then failed its tasks never leaves a passing row behind.
+suite on the candidate and calls `gate_candidate` with both. A call stores one eval_decisions row with
+the policy, the verdicts and the ids of the measurements and suite runs it used, except a pass with
+`tiers_follow` (a later tier runs next): the loop saves one row per candidate, after the last tier that
+ran, so a candidate that passed fidelity and then failed its tasks never leaves a passing row behind.
 
 Usage:
     record = gate_candidate(store, model_manifest_hash=h, candidate_label=digest, baseline_label="baseline",
@@ -45,12 +45,12 @@ def gate_candidate(
     candidate_fidelity: FidelityMeasurement | None = None,
     baseline_suite: SuiteResult | None = None,
     candidate_suite: SuiteResult | None = None,
-    save: bool = True,
+    tiers_follow: bool = False,
     planned_tasks: Mapping[str, int | None] | None = None,
     replace_id: int | None = None,
 ) -> GateRecord:
-    """Decide on whatever tiers have evidence and, with `save`, store the decision (`replace_id`: in place of
-    an earlier row of this candidate). `planned_tasks`: per taskset, the size the power is computed on
+    """Decide on whatever tiers have evidence and store the decision (`replace_id`: in place of an earlier row
+    of this candidate); with `tiers_follow`, a pass is not stored (the tier that runs next stores the row). `planned_tasks`: per taskset, the size the power is computed on
     where the suites hold only the paired prefix a lazy baseline answered (eval.task_decision).
 
     Raises:
@@ -82,7 +82,7 @@ def gate_candidate(
                 f"the candidate's suite run has no result for {missing}, and no taskset it ran was rejected"
             )
     decision = decide(fidelity=fidelity, tasksets=tasksets)
-    if not save:
+    if tiers_follow and decision.passed:
         return GateRecord(decision_id=None, decision=decision)
     decision_id = store.save_decision(
         decision,

@@ -156,6 +156,9 @@ def test_with_a_suite_the_task_tier_judges_it_under_its_own_name_after_fidelity(
     assert call["trial"] is None and call["name"] == f"minimal-{result.minimal.digest[:12]}"  # not a trial's answers
     assert call["digest"] == result.minimal.digest
     assert verdict["passed"] is tasks_pass
+    # one decision row, the tier's: fidelity's pass was not saved, as a later tier ran
+    assert [d["id"] for d in env.store.decision_rows() if d["candidate_label"] == call["label"]] == [
+        verdict["decision_id"]]
     assert verdict["reason"] == ("judged as a candidate (fidelity and tasks)" if tasks_pass
                                  else "rg-math: lost 9 of 40 paired tasks")
 

@@ -4,8 +4,9 @@
 # offline suite. Every candidate that passes fidelity is judged in its trial (--task-tier-scope every, so
 # that at least three are judged in one short study; the default, finalists, judges only the finalists
 # confirmed faster), against the baseline's lazy answers. The KV cache 8/8 candidate passes fidelity only
-# because the KL-mean floor is loosened (--min-floor-kl-mean 0.01; its KL mean is ~1.8e-3 against a limit
-# of 3e-4 by default), so the task tier alone decides it. Each call stops the loop at STUDY_SECONDS (as a
+# because the floors are loosened (on the H200, 2026-12-02: KL mean 1.8e-3, p99 0.031, top-1 disagreement
+# 0.0074, against default limits of 3e-4, 3e-3 and 0.006; loosened to 0.03, 0.06 and 0.012), so the task
+# tier alone decides it. Each call stops the loop at STUDY_SECONDS (as a
 # kill would) and copies results.db to $OUT; the next call on the warm machine resumes it from
 # /tmp/task-tier-study (the lazy answers on disk under /tmp/task-tier-runs resume without re-answering).
 # The end prints the night plan's predicted seconds per stage against the measured ones.
@@ -17,11 +18,12 @@ if [ ! -f "$state/results.db" ] && [ -f .gpu-state/task-tier-study/results.db ];
   cp .gpu-state/task-tier-study/results.db "$state/"
 fi
 timeout "${STUDY_SECONDS:-540}" python -m autoresearch --model /tmp/real-model/exl3-4.0 --suite offline \
-  --task-tier judge --task-tier-scope every --min-floor-kl-mean 0.01 --vram 24GiB \
-  --suite-max-tokens 1024 --suite-concurrency 64 --pin cache_tokens=65536 \
-  --trials "${TRIALS:-6}" --finalists 2 --finalist-launches 1 --bench-max-repeats 5 --grace 20 \
+  --task-tier judge --task-tier-scope every --min-floor-kl-mean 0.01 --min-floor-kl-p99 0.02 \
+  --min-floor-top1-disagreement 0.004 --vram 24GiB \
+  --suite-max-tokens 1024 --suite-concurrency 64 --pin cache_tokens=32768 \
+  --trials "${TRIALS:-5}" --finalists 2 --finalist-launches 1 --bench-max-repeats 5 --grace 20 \
   --enqueue cache_kind=quant,cache_k_bits=8,cache_v_bits=8 --enqueue max_chunk_size=8192 \
-  --enqueue draft_mode=ngram --enqueue cache_kind=quant,cache_k_bits=4,cache_v_bits=4 \
+  --enqueue draft_mode=ngram \
   --storage "sqlite:///$state/results.db" --results-md "$out/RESULTS.md" --workdir /tmp/task-tier-runs "$@" \
   >>"$out/study.log" 2>&1
 echo "exit $?"

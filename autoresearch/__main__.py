@@ -103,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="gate: the top-1 disagreement floor assumed when the measured one is smaller "
                         "(default 0.002; limit = 3 x max(floor, this))")
     parser.add_argument("--min-floor-kl-mean", type=float, help="gate: the KL-mean floor, nats (default 1e-4)")
+    parser.add_argument("--min-floor-kl-p99", type=float, help="gate: the KL 99th-percentile floor, nats (default 1e-3)")
     parser.add_argument("--finalists", type=int, default=2)
     parser.add_argument("--finalist-launches", type=int, default=2)
     parser.add_argument("--minimize", action=argparse.BooleanOptionalAction, default=None,
@@ -277,7 +278,8 @@ def _gate_policy(args: argparse.Namespace, *, mode: str):
     from eval.errors import EvalConfigError
 
     policy = GatePolicy()
-    changes = {name: getattr(args, name) for name in ("min_floor_top1_disagreement", "min_floor_kl_mean")
+    changes = {name: getattr(args, name) for name in ("min_floor_top1_disagreement", "min_floor_kl_mean",
+                                                             "min_floor_kl_p99")
                if getattr(args, name) is not None}
     try:
         return GatePolicy(fidelity=dataclasses.replace(policy.fidelity, **changes),

@@ -12,7 +12,8 @@ The arithmetic, all of it here:
 - a judged candidate answers, per taskset, the expected length of the sequential test's walk on a
   lossless change (eval.sequential, exact); the baseline answers lazily, as far as the longest of
   the judged walks (the expected maximum of J independent walks), plus one launch per judgment;
-- one task costs (prompt / prefill rate + answered tokens / decode rate) / batch gain, where a
+- one answering call (a taskset's verifiers worker) costs a fixed start, measured (0 where stated), and
+  one task costs (prompt / prefill rate + answered tokens / decode rate) / batch gain, where a
   stated answer length A under a budget B answers A (1 - exp(-B/A)) tokens and is truncated with
   probability exp(-B/A) (answer lengths assumed exponential: a stated assumption, printed);
 - the finalists' stage costs (finalists + 1) x finalist_launches x (launch + bench).
@@ -52,6 +53,7 @@ class TasksetRates:
     answered_tokens: float  # mean tokens per answer, after the budget
     truncated_share: float  # answers that hit the budget
     task_s: float  # wall seconds per task at the suite's concurrency
+    call_s: float = 0.0  # fixed seconds of one answering call (its verifiers worker's start), measured
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,26 +95,49 @@ def stated_rates(suite: SuiteSpec, *, decode_tok_s: float, prefill_tok_s: float,
                  assumptions=assumptions)
 
 
+def _answering_span(taskset: dict) -> float | None:
+    """Wall seconds from the first request to the last answer of one answering call, from its episodes'
+    start times and model times; None for records without them."""
+    episodes = taskset.get("episodes") or []
+    if not episodes or any(e.get("started_at") is None or e.get("model_time_s") is None for e in episodes):
+        return None
+    return max(e["started_at"] + e["model_time_s"] for e in episodes) - min(e["started_at"] for e in episodes)
+
+
 def measured_rates(trials: Sequence, suite_runs: Sequence, suite: SuiteSpec, *, fallback: Rates) -> Rates:
-    """The rates a study measured: stage times from its trials' `stage_s` records (medians), answer
-    lengths, truncations and seconds per task from the baseline's suite runs (`suite_runs`: dicts with
-    "tasksets" as stored, and "elapsed_s"). What was not measured yet comes from `fallback`."""
+    """The rates a study measured: stage times from its trials' `stage_s` records (medians; fidelity from the
+    baseline's reference logits until a candidate has measured its own), and from the baseline's suite runs
+    (`suite_runs`: dicts with "tasksets" as stored, and "elapsed_s") answer lengths, truncations, seconds per
+    task (the answering span: first request to last answer, at the suite's concurrency) and the fixed cost
+    of an answering call (the run's elapsed time outside its spans, per taskset). What was not measured yet
+    comes from `fallback`."""
     stage = {name: [t.user_attrs["stage_s"][name] for t in trials if name in (t.user_attrs.get("stage_s") or {})]
              for name in CHEAP_STAGES}
+    if not stage["fidelity"]:
+        stage["fidelity"] = [t.user_attrs["stage_s"]["reference"] for t in trials
+                             if t.user_attrs.get("role") == "baseline" and "reference" in (t.user_attrs.get("stage_s") or {})]
     measured = {name: statistics.median(v) for name, v in stage.items() if v}
     per_taskset: dict[str, dict] = {}
+    call_s: list[float] = []
     for run in suite_runs:
         elapsed, tasksets = run.get("elapsed_s"), run.get("tasksets") or []
         total_tasks = sum(t["tasks"] for t in tasksets) or 0
-        for t in tasksets:
+        spans = [_answering_span(t) for t in tasksets]
+        timed = bool(tasksets) and all(s is not None for s in spans)
+        if elapsed and timed:
+            call_s.append(max(elapsed - sum(spans), 0.0) / len(tasksets))
+        for t, span in zip(tasksets, spans, strict=True):
             acc = per_taskset.setdefault(t["name"], {"tasks": 0, "rollouts": 0, "tokens": 0, "truncations": 0,
                                                      "seconds": 0.0})
             acc["tasks"] += t["tasks"]
             acc["rollouts"] += t["rollouts"]
             acc["tokens"] += t["output_tokens"]
             acc["truncations"] += t["truncations"]
-            if elapsed and total_tasks:  # a run's wall time shared by its tasks
+            if timed:
+                acc["seconds"] += span
+            elif elapsed and total_tasks:  # records without start times: the run's wall time shared by its tasks
                 acc["seconds"] += elapsed * t["tasks"] / total_tasks
+    call = statistics.median(call_s) if call_s else 0.0
     tasksets, known = [], []
     for old in fallback.tasksets:
         acc = per_taskset.get(old.name)
@@ -122,10 +147,13 @@ def measured_rates(trials: Sequence, suite_runs: Sequence, suite: SuiteSpec, *, 
         known.append(old.name)
         tasksets.append(dataclasses.replace(old, answered_tokens=acc["tokens"] / acc["rollouts"],
                                             truncated_share=acc["truncations"] / acc["rollouts"],
-                                            task_s=acc["seconds"] / acc["tasks"]))
+                                            task_s=acc["seconds"] / acc["tasks"], call_s=call))
     parts = [f"{name} {measured[name]:.0f} s" for name in CHEAP_STAGES if name in measured]
+    if "fidelity" in measured and not any("fidelity" in (t.user_attrs.get("stage_s") or {}) for t in trials):
+        parts[-1] += " (the baseline's reference logits)"
     if known:
-        parts.append(f"answers on {', '.join(known)}")
+        parts.append(f"answers on {', '.join(known)}" + (f" ({call:.0f} s to start each answering call)" if call_s
+                                                          else ""))
     if not parts:
         return fallback
     unmeasured = [n for n in CHEAP_STAGES if n not in measured] + [t.name for t in fallback.tasksets
@@ -216,7 +244,7 @@ class Forecast:
 
     def text(self) -> str:
         h = _hours
-        lines = [f"Night plan for --hours {self.hours:g} (task tier on {self.scope}); rates {self.rates.source}."]
+        lines = [f"Night plan for --hours {self.hours:.3g} (task tier on {self.scope}); rates {self.rates.source}."]
         lines += [f"  assumed: {a}" for a in self.rates.assumptions]
         lines.append(f"  baseline: {h(self.baseline_s)} (2 launches, bench, fidelity reference and floor)")
         cheap = " + ".join(f"{n} {getattr(self.rates, f'{n}_s'):.0f} s" for n in CHEAP_STAGES)
@@ -281,7 +309,8 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
     def judgment_cost(judged: int) -> float:
         plans = tasksets_for(judged)
         answers = sum((judged * p.walk_tasks + p.baseline_tasks) * p.task_s for p in plans)
-        return answers + judged * 2 * r.launch_s  # the candidate's launch and the baseline's, per judgment
+        calls = sum(judged * 2 * t.call_s for t in r.tasksets)  # per taskset, the candidate's call and the baseline's
+        return answers + calls + judged * 2 * r.launch_s  # the candidate's launch and the baseline's, per judgment
 
     if scope == "finalists":
         judged = finalists

@@ -43,7 +43,7 @@ from eval.records import EpisodeOutcome, SuiteResult, TasksetResult
 from eval.suites import SuiteSpec, TasksetSpec
 from eval.traces import TraceTail, summarize_episodes
 
-__all__ = ["Answer", "Answers", "Judgment", "TaskTier", "first_walk"]
+__all__ = ["Answer", "Answers", "Judgment", "TaskTier", "first_answers", "first_walk"]
 
 log = logging.getLogger(__name__)
 StopRule = Callable[[list[EpisodeOutcome]], str | None]
@@ -54,12 +54,21 @@ _COMPLETE = "complete"
 
 
 def first_walk(policy: TaskPolicy, tasksets: int) -> int:
-    """The fewest paired tasks any walk can decide in: what the baseline answers in its own trial (never
-    more than the longest walk), so its answer lengths, truncations and failures are known early."""
+    """The fewest paired tasks any walk can decide in."""
     design = policy.design(tasksets)
     reject = design.losses_to_reject
     accept = math.ceil(design.accept_at / design.step_gained - 1e-12)
     return max(min(reject, accept), 1)
+
+
+def first_answers(policy: TaskPolicy, suite: SuiteSpec) -> int:
+    """What the baseline answers in its own trial: at least the fewest tasks any walk decides in, and a full
+    batch of the suite's requests in flight (they cost about one request's wall time, and give the plan a
+    throughput and answer-length sample rather than a worker's start-up over three answers), but never more
+    than a lossless candidate's expected walk on the smallest taskset."""
+    design = policy.design(len(suite.tasksets))
+    expected = min(math.ceil(expected_walk(design, spec.planned_tasks or 600)) for spec in suite.tasksets)
+    return max(first_walk(policy, len(suite.tasksets)), min(suite.max_concurrent, expected))
 
 
 class Answers:
@@ -164,7 +173,7 @@ class TaskTier:
     # ---- the baseline's own trial ----
 
     def baseline_first(self, server: Any) -> SuiteResult:
-        """In the baseline's trial: the fewest answers any walk needs (the whole suite in smoke mode), then
+        """In the baseline's trial: first_answers() (the whole suite in smoke mode), then
         the baseline rules on what it answered. Answers with failed episodes are set aside and answered once
         more (a transient failure of the server or the harness is not the reference's fault).
 
@@ -183,7 +192,7 @@ class TaskTier:
         return self.baseline_result()
 
     def _answer_first(self, server: Any) -> None:
-        first = first_walk(self.policy, len(self.suite.tasksets))
+        first = first_answers(self.policy, self.suite)
         for spec in self.suite.tasksets:
             answers = self.baseline[spec.name]
             enough = (lambda eps, n=first: f"answered {n}" if len({e.task_key for e in eps}) >= n else None) \

@@ -88,6 +88,9 @@ def test_the_gate_policy_is_part_of_what_a_study_measures(tmp_path, q27):
     args = build_parser().parse_args(["--min-floor-top1-disagreement", "0.01"])
     policy = _gate_policy(args, mode="judge")
     assert policy.fidelity.min_floor_top1_disagreement == 0.01 and policy.fidelity.min_floor_kl_mean == 1e-4
+    loose = _gate_policy(build_parser().parse_args(["--min-floor-kl-p99", "0.02", "--min-floor-kl-mean", "0.01"]),
+                         mode="judge")
+    assert (loose.fidelity.min_floor_kl_p99, loose.fidelity.min_floor_kl_mean) == (0.02, 0.01)
     tasks = _gate_policy(build_parser().parse_args(["--task-min-drop", "0.08", "--task-tier", "smoke"]), mode="judge")
     assert (tasks.tasks.min_drop, tasks.tasks.judge) == (0.08, False)  # the flag decides over the default
     plan = _plan(tmp_path, q27)

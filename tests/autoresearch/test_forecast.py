@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import subprocess
@@ -136,3 +137,56 @@ def test_plan_command_from_stated_rates():
     assert short.returncode == 1 and "CANNOT" in short.stdout and "would: --hours" in short.stdout
     missing = _plan_cli("--hours", "8")
     assert missing.returncode == 2 and "--decode-tok-s" in missing.stderr
+
+
+class _Trial:
+    """What measured_rates reads of an Optuna trial: its user attributes."""
+
+    def __init__(self, role: str, stage_s: dict):
+        self.user_attrs = {"role": role, "stage_s": stage_s}
+
+
+def _taskset(name: str, starts: list[float], model_s: float, tokens: int = 40) -> dict:
+    episodes = [{"task_key": f"{name}:{i}", "ok": True, "reward": 1.0, "truncated": False, "output_tokens": tokens,
+                 "model_time_s": model_s, "started_at": 1000.0 + s} for i, s in enumerate(starts)]
+    return {"name": name, "tasks": len(starts), "rollouts": len(starts), "output_tokens": tokens * len(starts),
+            "truncations": 0, "episodes": episodes}
+
+
+def test_measured_rates_time_tasks_by_their_answering_span_and_calls_by_what_is_left():
+    from autoresearch.forecast import measured_rates
+
+    fallback = stated_rates(OFFLINE, decode_tok_s=40, prefill_tok_s=1000, answer_tokens=1000)
+    baseline = _Trial("baseline", {"launch": 20.0, "bench": 18.0, "reference": 8.0, "tasks": 60.0})
+    # 8 tasks in flight at once per taskset, each 2 s: spans of 2 s and 3 s (one batch staggered by 1 s)
+    run = {"elapsed_s": 55.0, "tasksets": [_taskset("rg-math", [0.0] * 8, 2.0), _taskset("rg-logic", [0.0] * 4 + [1.0] * 4, 2.0)]}
+    rates = measured_rates([baseline], [run], OFFLINE, fallback=fallback)
+    math_, logic = rates.tasksets
+    assert math_.task_s == pytest.approx(2.0 / 8) and logic.task_s == pytest.approx(3.0 / 8)
+    assert math_.call_s == logic.call_s == pytest.approx((55.0 - 5.0) / 2)  # the worker's start, per taskset
+    assert math_.answered_tokens == 40 and math_.truncated_share == 0
+    # no candidate has measured fidelity yet: the baseline's reference logits stand in, and say so
+    assert rates.fidelity_s == 8.0 and "reference logits" in rates.source
+    assert (rates.launch_s, rates.bench_s) == (20.0, 18.0)
+    candidate = _Trial("candidate", {"launch": 22.0, "bench": 18.0, "fidelity": 4.0})
+    assert measured_rates([baseline, candidate], [run], OFFLINE, fallback=fallback).fidelity_s == 4.0
+    # the plan charges each judgment a call per side and taskset
+    one = plan_night(rates, policy=TaskPolicy(), hours=8, finalists=1, finalist_launches=1)
+    none = plan_night(dataclasses.replace(rates, tasksets=tuple(dataclasses.replace(t, call_s=0.0)
+                                                                for t in rates.tasksets)),
+                      policy=TaskPolicy(), hours=8, finalists=1, finalist_launches=1)
+    assert one.judgment_s - none.judgment_s == pytest.approx(1 * 2 * 2 * 25.0)
+
+
+def test_measured_rates_without_start_times_share_the_runs_elapsed_time():
+    from autoresearch.forecast import measured_rates
+
+    fallback = stated_rates(OFFLINE, decode_tok_s=40, prefill_tok_s=1000, answer_tokens=1000)
+    old = [_taskset("rg-math", [0.0] * 4, 2.0), _taskset("rg-logic", [0.0] * 6, 2.0)]
+    for t in old:
+        for e in t["episodes"]:
+            del e["started_at"]
+    rates = measured_rates([], [{"elapsed_s": 50.0, "tasksets": old}], OFFLINE, fallback=fallback)
+    assert [t.task_s for t in rates.tasksets] == [pytest.approx(5.0), pytest.approx(5.0)]
+    assert [t.call_s for t in rates.tasksets] == [0.0, 0.0]
+    assert rates.fidelity_s == fallback.fidelity_s and "fidelity" in rates.source  # still assumed, and said

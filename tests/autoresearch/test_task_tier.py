@@ -7,7 +7,9 @@ calling the stop rule after each, as eval.runner.answer_taskset does with a real
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import random
 import time
 from contextlib import contextmanager
@@ -16,7 +18,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from autoresearch.errors import BaselineUnmeasured
-from autoresearch.task_tier import TaskTier, first_walk
+from autoresearch.forecast import expected_walk
+from autoresearch.task_tier import TaskTier, first_answers, first_walk
 from eval.decision import TaskPolicy
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
 from eval.traces import TraceTail, summarize_episodes
@@ -108,7 +111,7 @@ def test_the_baseline_answers_exactly_as_many_tasks_as_the_longest_walk(tmp_path
     answers = ScriptedAnswers()
     tier = TaskTier(SUITE, POLICY, answer=answers, baseline_dir=tmp_path / "baseline")
     tier.baseline_first("baseline")
-    first = first_walk(POLICY, 2)
+    first = first_answers(POLICY, SUITE)
     assert {k: len(v) for k, v in answers.asked.items()} == {f"baseline/{s.name}": first for s in SUITE.tasksets}
     launches: list[str] = []
     judged = {side: _judge(tier, tmp_path, side, launches) for side in ("lossless-a", "lossy-b", "other-c")}
@@ -131,6 +134,15 @@ def test_the_baseline_answers_exactly_as_many_tasks_as_the_longest_walk(tmp_path
         assert positions == list(range(len(positions)))  # in run order, none answered twice
         assert len(positions) < spec.planned_tasks
     assert launches.count("baseline") >= 1
+
+
+def test_the_baseline_answers_a_full_batch_first_but_never_past_a_lossless_walk():
+    walk = math.ceil(expected_walk(POLICY.design(2), 600))
+    fewest = first_walk(POLICY, 2)
+    assert fewest < 8 < walk  # the offline suite: 8 requests in flight
+    assert first_answers(POLICY, SUITE) == 8
+    assert first_answers(POLICY, dataclasses.replace(SUITE, max_concurrent=1)) == fewest
+    assert first_answers(POLICY, dataclasses.replace(SUITE, max_concurrent=500)) == walk
 
 
 def test_the_lazy_baseline_resumes_after_a_kill_without_answering_again(tmp_path):
@@ -166,7 +178,7 @@ def test_the_lazy_baseline_resumes_after_a_kill_without_answering_again(tmp_path
         assert positions == list(range(len(positions))), key
     for verdict in judgment.verdicts:
         assert (verdict.decision, verdict.tasks_used) == _walk_length("lossless-a", SUITE.taskset(verdict.name))
-        assert len(answers.asked[f"baseline/{verdict.name}"]) == max(verdict.tasks_used, first_walk(POLICY, 2))
+        assert len(answers.asked[f"baseline/{verdict.name}"]) == max(verdict.tasks_used, first_answers(POLICY, SUITE))
 
 
 def test_the_baseline_rules_apply_to_what_it_answered(tmp_path):
@@ -178,7 +190,7 @@ def test_the_baseline_rules_apply_to_what_it_answered(tmp_path):
 
 
 def test_baseline_answers_with_failures_are_answered_once_more_then_stop_the_study(tmp_path):
-    first = first_walk(POLICY, 2)
+    first = first_answers(POLICY, SUITE)
     answers = ScriptedAnswers(failing=3)
     tier = TaskTier(SUITE, POLICY, answer=answers, baseline_dir=tmp_path / "baseline")
     result = tier.baseline_first("baseline")

@@ -11,7 +11,8 @@ The arithmetic, all of it here:
 - a candidate trial costs launch + bench + fidelity (the cheap stages every trial keeps);
 - a judged candidate answers, per taskset, the expected length of the sequential test's walk on a
   lossless change (eval.sequential, exact); the baseline answers lazily, as far as the longest of
-  the judged walks (the expected maximum of J independent walks), plus one launch per judgment;
+  the judged walks (the expected maximum of J independent walks), in H(J) = 1 + 1/2 + ... + 1/J
+  relaunches (the times a walk outruns every earlier one), plus a launch per finalist judged;
 - one answering call (a taskset's verifiers worker) costs a fixed start, measured (0 where stated), and
   one task costs (prompt / prefill rate + answered tokens / decode rate) / batch gain, where a
   stated answer length A under a budget B answers A (1 - exp(-B/A)) tokens and is truncated with
@@ -309,8 +310,12 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
     def judgment_cost(judged: int) -> float:
         plans = tasksets_for(judged)
         answers = sum((judged * p.walk_tasks + p.baseline_tasks) * p.task_s for p in plans)
-        calls = sum(judged * 2 * t.call_s for t in r.tasksets)  # per taskset, the candidate's call and the baseline's
-        return answers + calls + judged * 2 * r.launch_s  # the candidate's launch and the baseline's, per judgment
+        # The lazy baseline answers on only when a walk outruns every earlier one: among J walks that
+        # happens H(J) = 1 + 1/2 + ... + 1/J times in expectation, each a relaunch and one call per taskset.
+        extended = sum(1.0 / k for k in range(1, judged + 1))
+        calls = sum((judged + extended) * t.call_s for t in r.tasksets)
+        launched = judged if scope == "finalists" else 0  # in its trial, a candidate's server is already up
+        return answers + calls + (launched + extended) * r.launch_s
 
     if scope == "finalists":
         judged = finalists
@@ -319,8 +324,7 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
         left = budget - baseline_s - finalists_s - judgment_s
         trials = max(int(left // trial_s), 0)
     else:  # every candidate past fidelity: judged inside its trial (the baseline's answers grow with them)
-        per = judgment_cost(1) - 2 * r.launch_s
-        trial_s = cheap_s + per + 2 * r.launch_s
+        trial_s = cheap_s + judgment_cost(1)
         trials = max(int((budget - baseline_s - finalists_s) // trial_s), 0)
         judged = trials
         judgment_s = judgment_cost(judged) if judged else 0.0

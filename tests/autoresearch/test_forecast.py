@@ -71,7 +71,8 @@ def test_plan_arithmetic_finalists_scope():
     assert f.baseline_s == 2 * (60 + 90 + 30)
     assert f.finalists_s == 3 * 2 * (60 + 90)
     assert f.judgments == 2
-    assert f.judgment_s == pytest.approx(2 * (2 * walk + longest) * task_s + 2 * 2 * 60)
+    # two finalists launched, and the baseline relaunched H(2) = 1.5 times in expectation
+    assert f.judgment_s == pytest.approx(2 * (2 * walk + longest) * task_s + (2 + 1.5) * 60)
     assert f.trials == int((8 * 3600 - f.baseline_s - f.finalists_s - f.judgment_s) // 180)
     assert f.total_s <= 8 * 3600 and f.fits and f.problems == ()
     assert [t.power for t in f.tasksets] == [pytest.approx(design.power_at(600))] * 2

@@ -153,8 +153,7 @@ def measured_rates(trials: Sequence, suite_runs: Sequence, suite: SuiteSpec, *, 
     if "fidelity" in measured and not any("fidelity" in (t.user_attrs.get("stage_s") or {}) for t in trials):
         parts[-1] += " (the baseline's reference logits)"
     if known:
-        parts.append(f"answers on {', '.join(known)}" + (f" ({call:.0f} s to start each answering call)" if call_s
-                                                          else ""))
+        parts.append(f"answers on {', '.join(known)}")
     if not parts:
         return fallback
     unmeasured = [n for n in CHEAP_STAGES if n not in measured] + [t.name for t in fallback.tasksets
@@ -204,6 +203,7 @@ class TasksetPlan:
     baseline_tasks: float  # expected, answered lazily by the baseline
     truncated_share: float
     task_s: float
+    call_s: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -257,11 +257,13 @@ class Forecast:
         lines.append(f"  finalists' stage: {h(self.finalists_s)}")
         lines.append(f"  total: {h(self.total_s)} of {h(self.hours * 3600)}")
         lines.append("  per judged taskset: tasks, power at the claimed drop, tasks per judgment, baseline answers, "
-                     "truncated answers, seconds per task")
+                     "truncated answers, seconds per task" +
+                     (", seconds to start each answering call" if any(t.call_s for t in self.rates.tasksets) else ""))
         for t in self.tasksets:
             size = f"{t.tasks}" + ("" if t.tasks_known else " (planned; known after the baseline runs)")
             lines.append(f"    {t.name}: {size} tasks, power {t.power:.0%}, {t.walk_tasks:.0f} per judgment, "
-                         f"baseline {t.baseline_tasks:.0f}, truncated {t.truncated_share:.0%}, {t.task_s:.1f} s")
+                         f"baseline {t.baseline_tasks:.0f}, truncated {t.truncated_share:.0%}, {t.task_s:.1f} s" +
+                         (f", {t.call_s:.0f} s" if t.call_s else ""))
         for p in self.problems:
             lines.append(f"  CANNOT: {p}")
         for a in self.advice:
@@ -304,7 +306,8 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
             longest = expected_longest_walk(design, n, judged) if judging else n
             out.append(TasksetPlan(name=t.name, tasks=n, tasks_known=t.tasks is not None,
                                    power=design.power_at(n) if judging else 0.0, walk_tasks=walk,
-                                   baseline_tasks=longest, truncated_share=t.truncated_share, task_s=t.task_s))
+                                   baseline_tasks=longest, truncated_share=t.truncated_share, task_s=t.task_s,
+                                   call_s=t.call_s))
         return out
 
     def judgment_cost(judged: int) -> float:

@@ -177,6 +177,7 @@ def test_measured_rates_time_tasks_by_their_answering_span_and_calls_by_what_is_
                                                                 for t in rates.tasksets)),
                       policy=TaskPolicy(), hours=8, finalists=1, finalist_launches=1)
     assert one.judgment_s - none.judgment_s == pytest.approx(1 * 2 * 2 * 25.0)
+    assert "seconds to start each answering call" in one.text() and "0.2 s, 25 s" in one.text()
 
 
 def test_measured_rates_without_start_times_share_the_runs_elapsed_time():

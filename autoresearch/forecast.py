@@ -222,6 +222,7 @@ class Forecast:
     problems: tuple[str, ...]  # why the night cannot make its claim
     advice: tuple[str, ...]  # what would
     judging: bool = True  # False: smoke or guard mode, which answer every task (no sequential walk)
+    bound: str | None = None  # what ends the run when it is not --hours (e.g. "--trials 6"): its hours are planned
 
     @property
     def fits(self) -> bool:
@@ -245,7 +246,8 @@ class Forecast:
 
     def text(self) -> str:
         h = _hours
-        lines = [f"Night plan for --hours {self.hours:.3g} (task tier on {self.scope}); rates {self.rates.source}."]
+        night = f"{self.bound} (about {_hours(self.hours * 3600)})" if self.bound else f"--hours {self.hours:g}"
+        lines = [f"Night plan for {night} (task tier on {self.scope}); rates {self.rates.source}."]
         lines += [f"  assumed: {a}" for a in self.rates.assumptions]
         lines.append(f"  baseline: {h(self.baseline_s)} (2 launches, bench, fidelity reference and floor)")
         cheap = " + ".join(f"{n} {getattr(self.rates, f'{n}_s'):.0f} s" for n in CHEAP_STAGES)

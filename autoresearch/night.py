@@ -7,6 +7,7 @@ The arithmetic is autoresearch.forecast's; this module only finds its inputs and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 
 import optuna
@@ -105,6 +106,7 @@ def forecast_for(rates: Rates, *, policy: TaskPolicy, hours: float | None, trial
                  finalist_launches: int, scope: str, judging: bool) -> Forecast:
     """The plan for a run stopped by --hours; a run stopped by --trials only is planned for the hours its
     trials would take."""
+    bound = None
     if hours is None:
         per = rates.launch_s + rates.bench_s + rates.fidelity_s
         hours = max((trials or 1) * per / 3600.0, 0.01)
@@ -112,8 +114,10 @@ def forecast_for(rates: Rates, *, policy: TaskPolicy, hours: float | None, trial
                            finalist_launches=finalist_launches, scope=scope, judging=judging, suggest=False)
         hours = max(hours, (probe.baseline_s + probe.finalists_s + probe.judgment_s + (trials or 1) * probe.trial_s)
                     / 3600.0)
-    return plan_night(rates, policy=policy, hours=hours, finalists=finalists, finalist_launches=finalist_launches,
-                      scope=scope, judging=judging)
+        bound = f"--trials {trials or 1}"
+    forecast = plan_night(rates, policy=policy, hours=hours, finalists=finalists, finalist_launches=finalist_launches,
+                          scope=scope, judging=judging)
+    return dataclasses.replace(forecast, bound=bound) if bound else forecast
 
 
 def plan_command(args: argparse.Namespace, suite: SuiteSpec, policy: TaskPolicy) -> int:

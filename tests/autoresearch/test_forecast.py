@@ -192,3 +192,16 @@ def test_measured_rates_without_start_times_share_the_runs_elapsed_time():
     assert [t.task_s for t in rates.tasksets] == [pytest.approx(5.0), pytest.approx(5.0)]
     assert [t.call_s for t in rates.tasksets] == [0.0, 0.0]
     assert rates.fidelity_s == fallback.fidelity_s and "fidelity" in rates.source  # still assumed, and said
+
+
+def test_a_run_bounded_by_trials_is_planned_for_the_hours_its_trials_take_and_says_so():
+    from autoresearch.night import forecast_for
+
+    rates = stated_rates(OFFLINE, decode_tok_s=400, prefill_tok_s=5000, answer_tokens=300, launch_s=60, bench_s=90,
+                         fidelity_s=30)
+    f = forecast_for(rates, policy=TaskPolicy(), hours=None, trials=6, finalists=2, finalist_launches=2,
+                     scope="finalists", judging=True)
+    assert f.text().startswith("Night plan for --trials 6 (about ") and f.trials >= 6
+    stated = forecast_for(rates, policy=TaskPolicy(), hours=8, trials=6, finalists=2, finalist_launches=2,
+                          scope="finalists", judging=True)
+    assert stated.text().startswith("Night plan for --hours 8 (") and stated.bound is None

@@ -418,6 +418,18 @@ def _read_tasksets(db: ResultsDB, store: EvalStore, study_name: str, trial: int 
     return [TasksetRow(t.name, run, t) for t in result.tasksets]
 
 
+def _baseline_tasksets(db: ResultsDB, store: EvalStore, study_name: str, trial: int | None) -> list[TasksetRow]:
+    """The baseline's answers from its own trial; where the lazy baseline answered on for later judgments,
+    the row says how far (the judgments' records), so a short first run is not read as the whole."""
+    rows = _read_tasksets(db, store, study_name, trial, "baseline")
+    answered: dict[str, int] = {}
+    for m in db.measurements(study=study_name, kind="suite"):
+        for name, n in (m["payload"].get("baseline_answered") or {}).items():
+            answered[name] = max(answered.get(name, 0), n)
+    return [TasksetRow(r.name, f"baseline (its own trial; {answered[r.name]} answered in all, as judgments needed)", r.result)
+            if answered.get(r.name, 0) > r.result.tasks else r for r in rows]
+
+
 def _read_provenance(plan: RunPlan, db: ResultsDB) -> Provenance | None:
     prov = db.provenance(study=plan.study_name)
     if not prov:
@@ -473,7 +485,7 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
     tasksets = task_tier = None
     if plan.suite != "none":
         champ_trial = champion.trial if champion else None
-        base_rows = _read_tasksets(db, store, plan.study_name, baseline.number if baseline else None, "baseline")
+        base_rows = _baseline_tasksets(db, store, plan.study_name, baseline.number if baseline else None)
         tasksets = base_rows + _read_tasksets(db, store, plan.study_name, champ_trial, f"champion (trial {champ_trial})")
         task_tier = read_task_tier(plan, store, base_rows)
     return StudySnapshot(

@@ -173,3 +173,30 @@ def test_a_smoke_task_tier_is_said_at_the_top():
     assert "**The task tier ran as a smoke check" in header
     judged = SimpleNamespace(**{**vars(plan), "gate_policy": GatePolicy()})
     assert "smoke" not in render_section("header", SimpleNamespace(**{**vars(s), "plan": judged}))
+
+
+def test_the_lazy_baselines_row_says_how_far_it_answered_for_later_judgments(tmp_path):
+    from autoresearch.snapshot import _baseline_tasksets
+    from eval.records import SuiteResult, TasksetResult
+    from eval.store import EvalStore
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    db, store = ResultsDB(url), EvalStore(url)
+
+    def taskset(name: str, tasks: int) -> TasksetResult:
+        return TasksetResult(name=name, taskset_id=name, max_tokens=64, tasks=tasks, rollouts=tasks, failures=0,
+                             truncations=0, reward_mean=0.5, output_tokens=10 * tasks, model_time_s=1.0,
+                             output_tok_per_s=10.0, run_dir="/r", episodes=())
+
+    first = store.save_suite_result(SuiteResult(suite="offline", run_dir="/r",
+                                                tasksets=(taskset("rg-math", 8), taskset("rg-logic", 8))),
+                                    label="s:baseline", base_url="http://x", plan={}, provenance={})
+    db.add_measurement(study="s", trial=0, kind="suite", config_digest="b", payload={"suite_run_id": first})
+    assert [r.run for r in _baseline_tasksets(db, store, "s", 0)] == ["baseline", "baseline"]
+    for trial, answered in ((2, {"rg-math": 78, "rg-logic": 8}), (3, {"rg-math": 60})):  # a judgment's record
+        db.add_measurement(study="s", trial=trial, kind="suite", config_digest="c",
+                           payload={"suite_run_id": first, "baseline_answered": answered})
+    rows = _baseline_tasksets(db, store, "s", 0)
+    assert [(r.name, r.result.tasks) for r in rows] == [("rg-math", 8), ("rg-logic", 8)]  # its own trial's answers
+    assert rows[0].run == "baseline (its own trial; 78 answered in all, as judgments needed)"
+    assert rows[1].run == "baseline"  # nothing answered past its own trial

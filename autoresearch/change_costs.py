@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from autoresearch.minimize import Cost, Minimization
 
-__all__ = ["ChangeCostRow", "ChangeCosts", "read_change_costs", "signed_change"]
+__all__ = ["MINIMIZATION_ATTR", "MINIMIZE_KIND", "ChangeCostRow", "ChangeCosts", "read_change_costs", "signed_change"]
 
 MINIMIZATION_ATTR = "minimization"
+MINIMIZE_KIND = "minimize_bench"  # ar_measurements' kind for a minimization's launch
 
 
 def signed_change(ratio: tuple[float, float, float], *, time: bool = False) -> str:

@@ -20,7 +20,7 @@ import logging
 
 import optuna
 
-from autoresearch.change_costs import MINIMIZATION_ATTR
+from autoresearch.change_costs import MINIMIZATION_ATTR, MINIMIZE_KIND
 from autoresearch.db import ResultsDB
 from autoresearch.errors import Unmeasured
 from autoresearch.finalists import Champion
@@ -37,7 +37,7 @@ from serving.errors import LaunchError
 __all__ = ["KIND", "minimize_champion", "record_gate"]
 
 log = logging.getLogger(__name__)
-KIND = "minimize_bench"
+KIND = MINIMIZE_KIND
 
 
 class _Launcher:

@@ -16,7 +16,7 @@ from typing import Any
 
 import optuna
 
-from autoresearch.change_costs import MINIMIZATION_ATTR, ChangeCosts, read_change_costs
+from autoresearch.change_costs import MINIMIZATION_ATTR, MINIMIZE_KIND, ChangeCosts, read_change_costs
 from autoresearch.db import ResultsDB
 from autoresearch.drift import DriftReport, read_drift
 from autoresearch.errors import Unmeasured
@@ -215,6 +215,7 @@ class StudySnapshot:
     first_trials: list[FirstTrial] = dataclasses.field(default_factory=list)
     mix: RequestMix | None = None  # the workload's requests request time is computed on
     change_costs: ChangeCosts | None = None  # what each change of the champion bought (its minimization)
+    minimization_launches: int = 0  # launches stored by a minimization that has not finished (no table yet)
     plot: str | None = None  # the Pareto plot's file name, once drawn
     drift: DriftReport | None = None  # the baseline's readings over the study (autoresearch.drift)
     night_plan: dict | None = None  # the latest night plan (autoresearch.night), as the loop printed it
@@ -499,6 +500,8 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
                                            baseline.number, champion.trial if champion else None)
         if baseline else None,
         change_costs=read_change_costs(study.user_attrs.get(MINIMIZATION_ATTR)),
+        minimization_launches=0 if study.user_attrs.get(MINIMIZATION_ATTR) else
+        len(db.measurements(study=plan.study_name, kind=MINIMIZE_KIND)),
         drift=read_drift(plan, study, db),
         night_plan=study.user_attrs.get("night_plan"))
 

@@ -35,6 +35,14 @@ def test_no_minimization_no_section():
     assert render_section("change_costs", None).strip() == ""
 
 
+def test_a_minimization_stopped_before_its_end_says_what_is_stored_and_how_it_resumes():
+    from autoresearch.report import _template
+
+    text = str(_template().module.change_costs(None, 11))
+    assert "## What each change bought (minimization)" in text and "**Not finished:** 11 launches" in text
+    assert "Run the same command again" in text and "| `" not in text  # no table from a partial record
+
+
 def test_signed_change_reads_time_the_other_way_round():
     assert signed_change((0.8, 0.75, 0.85)) == "-20.0% [-25.0, -15.0]"
     assert signed_change((0.8, 0.75, 0.85), time=True) == "+25.0% [+17.6, +33.3]"

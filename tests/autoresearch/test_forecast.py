@@ -123,6 +123,19 @@ def test_the_plan_is_the_progress_displays_forecast():
     assert progress.stage_eta_s() == 0.0  # overdue: zero, not negative
     progress.stage("reference")  # a stage the plan does not predict, and none measured yet
     assert progress.stage_eta_s() is None
+    # measured beats predicted: after two timed trials and two timed benches, their medians
+    progress.trial_finished(1, "")
+    for n in (2, 3):
+        progress.trial_started(n, "candidate", "abcdef123456")
+        progress.stage("bench")
+        now[0] += 30
+        progress.stage("fidelity")
+        now[0] += 10
+        progress.trial_finished(n, "")
+    assert progress.expected_s("bench") == pytest.approx(30.0)
+    assert progress.expected_s("trial") == pytest.approx(40.0)
+    assert progress.study_eta_s() == pytest.approx((10 - 3) * 40.0)
+    assert progress.expected_s("launch") == 60  # timed in no trial yet: still the plan's
 
 
 def _plan_cli(*args: str) -> subprocess.CompletedProcess:

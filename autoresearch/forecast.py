@@ -9,10 +9,12 @@ without running anything.
 
 The arithmetic, all of it here:
 - a candidate trial costs launch + bench + fidelity (the cheap stages every trial keeps);
-- a judged candidate answers, per taskset, the expected length of the sequential test's walk on a
-  lossless change (eval.sequential, exact); the baseline answers lazily, as far as the longest of
-  the judged walks (the expected maximum of J independent walks), in H(J) = 1 + 1/2 + ... + 1/J
-  relaunches (the times a walk outruns every earlier one), plus a launch per finalist judged;
+- a judged candidate answers, per taskset, the expected length of the sequential test's walk: from the
+  walks this study's judged candidates took, where some were judged, else on a lossless change at the
+  design's planned discordance (eval.sequential, exact: an upper estimate where changes flip nothing);
+- the baseline answers its first answers in its own trial, then lazily as far as the longest of the judged
+  walks (the expected maximum of J independent walks), relaunched each time a walk outruns both its first
+  answers and every earlier walk; in the finalists' scope each judged finalist is launched too;
 - one answering call (a taskset's verifiers worker) costs a fixed start, measured (0 where stated), and
   one task costs (prompt / prefill rate + answered tokens / decode rate) / batch gain, where a
   stated answer length A under a budget B answers A (1 - exp(-B/A)) tokens and is truncated with
@@ -55,6 +57,7 @@ class TasksetRates:
     truncated_share: float  # answers that hit the budget
     task_s: float  # wall seconds per task at the suite's concurrency
     call_s: float = 0.0  # fixed seconds of one answering call (its verifiers worker's start), measured
+    walks: tuple[int, ...] = ()  # tasks each judged candidate's walk took, measured (empty: the design's curve)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,19 +108,38 @@ def _answering_span(taskset: dict) -> float | None:
     return max(e["started_at"] + e["model_time_s"] for e in episodes) - min(e["started_at"] for e in episodes)
 
 
+# A candidate's cheap stage, as the baseline's trial times it: its second launch and bench, which start with
+# the model's files in the page cache and the kernels compiled, as every candidate's do (on the real 0.5B the
+# first launch took 22 s against 8, its bench 20 s against 9: one-time compiles), and its noise floor, the
+# same measurement as a candidate's fidelity stage. "reference" stands in for records from before the split
+# (capturing the reference logits, a slower measurement).
+_BASELINE_STAGES = {"launch": ("relaunch",), "bench": ("bench again",), "fidelity": ("noise floor",)}
+_BASELINE_STAGES_BEFORE_THE_SPLIT = {"launch": ("launch",), "bench": ("bench",), "fidelity": ("reference",)}
+
+
+def _stage_samples(trials: Sequence) -> dict[str, list[float]]:
+    """Each cheap stage's seconds from the candidates' trials and the baseline's matching stage (one sample
+    among them: a first candidate of a new kind pays its own one-time compiles, and alone it would set the plan)."""
+    out: dict[str, list[float]] = {}
+    for name in CHEAP_STAGES:
+        out[name] = [t.user_attrs["stage_s"][name] for t in trials if t.user_attrs.get("role") == "candidate"
+                     and name in (t.user_attrs.get("stage_s") or {})]
+        for t in trials:
+            stages = t.user_attrs.get("stage_s") or {}
+            if t.user_attrs.get("role") == "baseline":
+                names = _BASELINE_STAGES if "relaunch" in stages else _BASELINE_STAGES_BEFORE_THE_SPLIT
+                out[name] += [stages[n] for n in names[name] if n in stages]
+    return out
+
+
 def measured_rates(trials: Sequence, suite_runs: Sequence, suite: SuiteSpec, *, fallback: Rates) -> Rates:
-    """The rates a study measured: stage times from its trials' `stage_s` records (medians; fidelity from the
-    baseline's reference logits until a candidate has measured its own), and from the baseline's suite runs
+    """The rates a study measured: stage times from its candidates' `stage_s` records (medians; the baseline's
+    matching stages until a candidate has timed its own: _BASELINE_STAGES), and from the baseline's suite runs
     (`suite_runs`: dicts with "tasksets" as stored, and "elapsed_s") answer lengths, truncations, seconds per
     task (the answering span: first request to last answer, at the suite's concurrency) and the fixed cost
     of an answering call (the run's elapsed time outside its spans, per taskset). What was not measured yet
     comes from `fallback`."""
-    stage = {name: [t.user_attrs["stage_s"][name] for t in trials if name in (t.user_attrs.get("stage_s") or {})]
-             for name in CHEAP_STAGES}
-    if not stage["fidelity"]:
-        stage["fidelity"] = [t.user_attrs["stage_s"]["reference"] for t in trials
-                             if t.user_attrs.get("role") == "baseline" and "reference" in (t.user_attrs.get("stage_s") or {})]
-    measured = {name: statistics.median(v) for name, v in stage.items() if v}
+    measured = {name: statistics.median(v) for name, v in _stage_samples(trials).items() if v}
     per_taskset: dict[str, dict] = {}
     call_s: list[float] = []
     for run in suite_runs:
@@ -150,8 +172,8 @@ def measured_rates(trials: Sequence, suite_runs: Sequence, suite: SuiteSpec, *, 
                                             truncated_share=acc["truncations"] / acc["rollouts"],
                                             task_s=acc["seconds"] / acc["tasks"], call_s=call))
     parts = [f"{name} {measured[name]:.0f} s" for name in CHEAP_STAGES if name in measured]
-    if "fidelity" in measured and not any("fidelity" in (t.user_attrs.get("stage_s") or {}) for t in trials):
-        parts[-1] += " (the baseline's reference logits)"
+    if measured:
+        parts[-1] += " (medians of the candidates' and the baseline's second launch)"
     if known:
         parts.append(f"answers on {', '.join(known)}")
     if not parts:
@@ -174,21 +196,45 @@ def _undecided(design: SequentialDesign, n_tasks: int, discordance: float) -> tu
     return tuple(oc.undecided for oc in design._curve(n_tasks, 0.0, discordance))
 
 
+def walk_survival(design: SequentialDesign, n_tasks: int, discordance: float | None = None,
+                  walks: Sequence[int] = ()) -> tuple[float, ...]:
+    """P(a judged candidate's walk runs past t tasks), t = 0..n_tasks: the measured walks' share where some
+    were measured (a study's own candidates), else the sequential test's exact curve for a lossless change
+    at `discordance` (the design's planned one by default)."""
+    if walks:
+        return tuple(sum(w > t for w in walks) / len(walks) for t in range(n_tasks + 1))
+    d = design.planned_discordance if discordance is None else discordance
+    return (1.0, *_undecided(design, n_tasks, d)[:-1], 0.0)
+
+
 def expected_walk(design: SequentialDesign, n_tasks: int, discordance: float | None = None) -> float:
     """Expected tasks one judged candidate answers on a lossless change (the common case past fidelity)."""
     return expected_longest_walk(design, n_tasks, 1, discordance)
 
 
 def expected_longest_walk(design: SequentialDesign, n_tasks: int, walks: int, discordance: float | None = None) -> float:
-    """Expected tasks of the longest of `walks` independent walks: what the lazy baseline answers.
+    """Expected tasks of the longest of `walks` independent walks.
 
     E[max] = sum over t >= 0 of P(max > t), and P(max <= t) = P(one walk <= t) ** walks.
     """
+    return _longest(walk_survival(design, n_tasks, discordance), walks)
+
+
+def _longest(survival: Sequence[float], walks: int, first: int = 0) -> float:
+    """E[max(longest of `walks` walks - first, 0)]: what the lazy baseline answers past its first answers."""
     if walks <= 0:
         return 0.0
-    d = design.planned_discordance if discordance is None else discordance
-    running = _undecided(design, n_tasks, d)
-    return 1.0 + sum(1.0 - (1.0 - u) ** walks for u in running[:-1])
+    return sum(1.0 - (1.0 - s) ** walks for s in survival[first:])
+
+
+def baseline_relaunches(survival: Sequence[float], walks: int, first: int) -> list[float]:
+    """P(the k-th judged walk needs the baseline to answer on), k = 1..walks: it runs past both the baseline's
+    first answers and every earlier walk. P = sum over t > first of P(W = t) P(every earlier walk < t)."""
+    out = []
+    for k in range(1, walks + 1):
+        out.append(sum((survival[t - 1] - survival[t]) * (1.0 - survival[t - 1]) ** (k - 1)
+                       for t in range(max(first, 0) + 1, len(survival))))
+    return out
 
 
 # ---- the plan ----
@@ -223,6 +269,7 @@ class Forecast:
     advice: tuple[str, ...]  # what would
     judging: bool = True  # False: smoke or guard mode, which answer every task (no sequential walk)
     bound: str | None = None  # what ends the run when it is not --hours (e.g. "--trials 6"): its hours are planned
+    walk_basis: str = ""  # where the walk lengths come from, printed
 
     @property
     def fits(self) -> bool:
@@ -249,7 +296,7 @@ class Forecast:
         night = f"{self.bound} (about {_hours(self.hours * 3600)})" if self.bound else f"--hours {self.hours:g}"
         lines = [f"Night plan for {night} (task tier on {self.scope}); rates {self.rates.source}."]
         lines += [f"  assumed: {a}" for a in self.rates.assumptions]
-        lines.append(f"  baseline: {h(self.baseline_s)} (2 launches, bench, fidelity reference and floor)")
+        lines.append(f"  baseline: {h(self.baseline_s)} (2 launches, bench, fidelity reference and floor, its first answers)")
         cheap = " + ".join(f"{n} {getattr(self.rates, f'{n}_s'):.0f} s" for n in CHEAP_STAGES)
         lines.append(f"  each candidate: {cheap} = {h(self.trial_s)}" +
                      (" with its task tier" if self.scope == "every" else ""))
@@ -261,6 +308,8 @@ class Forecast:
         lines.append("  per judged taskset: tasks, power at the claimed drop, tasks per judgment, baseline answers, "
                      "truncated answers, seconds per task" +
                      (", seconds to start each answering call" if any(t.call_s for t in self.rates.tasksets) else ""))
+        if self.walk_basis:
+            lines.append(f"  walks: {self.walk_basis}")
         for t in self.tasksets:
             size = f"{t.tasks}" + ("" if t.tasks_known else " (planned; known after the baseline runs)")
             lines.append(f"    {t.name}: {size} tasks, power {t.power:.0%}, {t.walk_tasks:.0f} per judgment, "
@@ -283,8 +332,11 @@ def _hours(seconds: float) -> str:
 
 
 def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int, finalist_launches: int,
-               scope: str = "finalists", judging: bool = True, suggest: bool = True) -> Forecast:
-    """The plan; its problems name what the night cannot do, its advice what would.
+               scope: str = "finalists", judging: bool = True, suggest: bool = True,
+               baseline_first: int = 0) -> Forecast:
+    """The plan; its problems name what the night cannot do, its advice what would. `baseline_first`: the
+    tasks per taskset the baseline answers in its own trial (autoresearch.task_tier.first_answers), before
+    any judgment: only walks past them cost the baseline answers and a relaunch.
 
     Raises:
         ValueError: an unknown scope or non-positive hours.
@@ -300,28 +352,36 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
     cheap_s = r.launch_s + r.bench_s + r.fidelity_s
     finalists_s = (finalists + 1) * finalist_launches * (r.launch_s + r.bench_s)
 
+    def first(n: int) -> int:  # what the baseline answers in its own trial (all of it, where nothing walks)
+        return min(baseline_first, n) if judging else n
+
     def tasksets_for(judged: int) -> list[TasksetPlan]:
         out = []
         for t in r.tasksets:
             n = t.tasks or _UNKNOWN_TASKS
-            walk = expected_walk(design, n) if judging else n
-            longest = expected_longest_walk(design, n, judged) if judging else n
+            survival = walk_survival(design, n, walks=t.walks)
+            walk = sum(survival) if judging else n
+            baseline = first(n) + _longest(survival, judged, first(n)) if judging else n
             out.append(TasksetPlan(name=t.name, tasks=n, tasks_known=t.tasks is not None,
                                    power=design.power_at(n) if judging else 0.0, walk_tasks=walk,
-                                   baseline_tasks=longest, truncated_share=t.truncated_share, task_s=t.task_s,
+                                   baseline_tasks=baseline, truncated_share=t.truncated_share, task_s=t.task_s,
                                    call_s=t.call_s))
         return out
 
     def judgment_cost(judged: int) -> float:
         plans = tasksets_for(judged)
-        answers = sum((judged * p.walk_tasks + p.baseline_tasks) * p.task_s for p in plans)
-        # The lazy baseline answers on only when a walk outruns every earlier one: among J walks that
-        # happens H(J) = 1 + 1/2 + ... + 1/J times in expectation, each a relaunch and one call per taskset.
-        extended = sum(1.0 / k for k in range(1, judged + 1))
-        calls = sum((judged + extended) * t.call_s for t in r.tasksets)
+        answers = sum((judged * p.walk_tasks + p.baseline_tasks - first(p.tasks)) * p.task_s for p in plans)
+        # The lazy baseline answers on only when a walk outruns its first answers and every earlier walk: a
+        # call per taskset that needs it, and a relaunch when any does (tasksets taken as independent).
+        needs = {t.name: baseline_relaunches(walk_survival(design, p.tasks, walks=t.walks), judged, first(p.tasks))
+                 if judging else [0.0] * judged for t, p in zip(r.tasksets, plans, strict=True)}
+        relaunches = sum(1.0 - math.prod(1.0 - needs[t.name][k] for t in r.tasksets) for k in range(judged))
+        calls = sum((judged + sum(needs[t.name])) * t.call_s for t in r.tasksets)
         launched = judged if scope == "finalists" else 0  # in its trial, a candidate's server is already up
-        return answers + calls + (launched + extended) * r.launch_s
+        return answers + calls + (launched + relaunches) * r.launch_s
 
+    # the baseline's own answers, in its first launch: one call per taskset
+    baseline_s += sum(first(t.tasks or _UNKNOWN_TASKS) * t.task_s + t.call_s for t in r.tasksets)
     if scope == "finalists":
         judged = finalists
         judgment_s = judgment_cost(judged)
@@ -349,12 +409,23 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
                             f"{_hours(fixed)}, leaving no time to search {finalists} candidate(s) in {hours:g} h")
         if scope == "every" and trials < 1:
             problems.append(f"one judged candidate takes {_hours(trial_s)}: none fits in {hours:g} h after the baseline")
-    advice = _advice(rates, policy, hours, finalists, finalist_launches, scope, problems) if problems and suggest \
-        else ()
+    advice = _advice(rates, policy, hours, finalists, finalist_launches, scope, baseline_first) \
+        if problems and suggest else ()
+    basis = _walk_basis(r, design, plans) if judging else ""
     return Forecast(hours=hours, scope=scope, rates=rates, baseline_s=baseline_s, trial_s=trial_s, trials=trials,
                     judgments=judged if judging else 0, judgment_s=judgment_s if judging else 0.0,
                     finalists_s=finalists_s, tasksets=tuple(plans), claimed_power=policy.power,
-                    problems=tuple(problems), advice=tuple(advice), judging=judging)
+                    problems=tuple(problems), advice=tuple(advice), judging=judging, walk_basis=basis)
+
+
+def _walk_basis(rates: Rates, design: SequentialDesign, plans: Sequence[TasksetPlan]) -> str:
+    """Where the plan's walk lengths come from, said with it."""
+    measured = [len(t.walks) for t in rates.tasksets if t.walks]
+    if measured:
+        return f"as this study's judged candidates walked ({max(measured)} judged)"
+    quiet = min((design.walk(["tie"] * p.tasks).tasks_used for p in plans), default=0)
+    return (f"at the design's planned discordance ({design.planned_discordance:.0%} of tasks flipped) until a "
+            f"candidate is judged; a change that flips none walks {quiet}")
 
 
 def _budget(rates: Rates, name: str) -> int:
@@ -362,13 +433,13 @@ def _budget(rates: Rates, name: str) -> int:
 
 
 def _advice(rates: Rates, policy: TaskPolicy, hours: float, finalists: int, launches: int, scope: str,
-            problems: list[str]) -> list[str]:
+            baseline_first: int) -> list[str]:
     """What would make the claim: more hours, a larger budget, fewer tasks, or a weaker claim."""
     out: list[str] = []
 
     def fits(r: Rates = rates, p: TaskPolicy = policy, h: float = hours) -> bool:
         return plan_night(r, policy=p, hours=h, finalists=finalists, finalist_launches=launches, scope=scope,
-                          suggest=False).fits
+                          suggest=False, baseline_first=baseline_first).fits
 
     truncating = [t for t in rates.tasksets if t.truncated_share > policy.max_truncated_share]
     if truncating:
@@ -397,6 +468,6 @@ def _advice(rates: Rates, policy: TaskPolicy, hours: float, finalists: int, laun
                 break
     if scope == "finalists" and finalists > 1 and plan_night(
             rates, policy=policy, hours=hours, finalists=1, finalist_launches=launches, scope=scope,
-            suggest=False).fits:
+            suggest=False, baseline_first=baseline_first).fits:
         out.append("--finalists 1 (one judged candidate: the fastest one)")
     return out

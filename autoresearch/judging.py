@@ -101,6 +101,7 @@ class TierRunner:
                                                      "tasksets": cand.tasksets, "lazy": True,
                                                      "baseline_answered": judgment.baseline_answered,
                                                      "candidate_answered": judgment.candidate_answered,
+                                                     "walks": {v.name: v.tasks_used for v in judgment.verdicts},
                                                      "elapsed_s": round(time.monotonic() - started, 3)}))
         gate = gate_candidate(self.store, model_manifest_hash=self.plan.model.manifest_hash, candidate_label=label,
                               baseline_label=baseline.label, policy=self.plan.gate_policy,

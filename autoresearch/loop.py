@@ -13,6 +13,7 @@ import optuna
 from autoresearch.db import ResultsDB
 from autoresearch.errors import BaselineFailed, BaselineNotReady, ConfirmedElsewhere, PlanError
 from autoresearch.finalists import confirm_finalists, feasible_front
+from autoresearch.judging import JUDGED
 from autoresearch.logs import log_to_file
 from autoresearch.minimal_champion import minimize_champion
 from autoresearch.minimal_gate import gate_minimal
@@ -115,6 +116,9 @@ def _run(plan: RunPlan, space) -> int:
             progress.trial_finished(counted_trials(study), best_line(study))
             if _trial.user_attrs.get("role") == "baseline" and _trial.state == optuna.trial.TrialState.COMPLETE:
                 night("night plan once the baseline measured its rates", measured=True)
+            elif _trial.user_attrs.get("task_tier") == JUDGED and sum(
+                    t.user_attrs.get("task_tier") == JUDGED for t in study.get_trials(deepcopy=False)) == 1:
+                night("night plan once a candidate was judged (its walks replace the design's)", measured=True)
             write_report(plan, study, db, store)
 
         callbacks = [after_trial]

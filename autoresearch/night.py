@@ -15,11 +15,13 @@ import optuna
 from autoresearch.db import ResultsDB
 from autoresearch.forecast import SCOPES, Forecast, Rates, measured_rates, plan_night, stated_rates
 from autoresearch.plan import RunPlan
+from autoresearch.task_tier import first_answers
 from eval.decision import TaskPolicy
+from eval.store import EvalStore
 from eval.suites import SuiteSpec
 
 __all__ = ["PLAN_KEY", "add_rate_arguments", "announce", "announce_plan", "assumed_rates", "forecast_for",
-           "plan_command", "rates_from_args", "stated_from_args", "study_rates"]
+           "plan_command", "rates_from_args", "stated_from_args", "study_rates", "task_judgments"]
 
 log = logging.getLogger(__name__)
 PLAN_KEY = "night_plan"
@@ -71,13 +73,48 @@ def rates_from_args(args: argparse.Namespace, suite: SuiteSpec) -> Rates:
 
 
 def study_rates(study: optuna.Study, db: ResultsDB, suite: SuiteSpec, fallback: Rates) -> Rates:
-    """The rates this study has measured so far (the baseline's answers, every trial's stage times)."""
+    """The rates this study has measured so far: every trial's stage times, the answering calls of the baseline
+    and of the judgments that did not make it answer on (a call's start and its answers, alike on both sides),
+    and the walks of the candidates the task tier judged."""
     trials = study.get_trials(deepcopy=False)
     baseline = next((t.number for t in trials if t.user_attrs.get("role") == "baseline"
                      and t.state == optuna.trial.TrialState.COMPLETE), None)
     runs = [r["payload"] for r in db.measurements(study=study.study_name, kind="suite", trial=baseline)] \
         if baseline is not None else []
-    return measured_rates(trials, runs, suite, fallback=fallback)
+    judgments = task_judgments(study, db, baseline, runs)
+    rates = measured_rates(trials, runs + [j["payload"] for j in judgments if not j["extended"]], suite,
+                           fallback=fallback)
+    if not judgments:
+        return rates
+    walks: dict[str, list[int]] = {}
+    for j in judgments:
+        for name, used in j["walks"].items():
+            walks.setdefault(name, []).append(int(used))
+    return dataclasses.replace(rates, source=rates.source + f"; walks of {len(judgments)} judged candidate(s)",
+                               tasksets=tuple(dataclasses.replace(t, walks=tuple(walks.get(t.name, ())))
+                                              for t in rates.tasksets))
+
+
+def task_judgments(study: optuna.Study, db: ResultsDB, baseline: int | None, baseline_runs: list[dict]) -> list[dict]:
+    """The task tier's judgments in order: each one's suite record ("payload"), its walks (stored with it, or
+    for records stored before walks were, in its gate decision's evidence) and whether it made the baseline
+    answer on ("extended": its elapsed time then holds a relaunch and the baseline's calls)."""
+    answered = {t["name"]: t["tasks"] for run in baseline_runs for t in run.get("tasksets") or []}
+    decisions, out = None, []
+    for record in db.measurements(study=study.study_name, kind="suite"):
+        payload = record["payload"]
+        if record["trial"] == baseline or not payload.get("lazy"):
+            continue
+        walks = payload.get("walks")
+        if walks is None:
+            if decisions is None:
+                decisions = {row["candidate_suite_run_id"]: row for row in EvalStore(db.url).decision_rows()}
+            evidence = (decisions.get(payload.get("suite_run_id")) or {}).get("evidence") or {}
+            walks = {v["name"]: v["tasks_used"] for v in evidence.get("tasksets") or []}
+        now = payload.get("baseline_answered") or {}
+        out.append({"payload": payload, "walks": walks, "extended": not answered or now != answered})
+        answered = now or answered
+    return out
 
 
 def announce(study: optuna.Study | None, forecast: Forecast, when: str) -> None:
@@ -95,15 +132,17 @@ def announce_plan(plan: RunPlan, study: optuna.Study, db: ResultsDB, suite: Suit
     rates = assumed_rates(suite, plan.engine, plan.stated_rates)
     if measured:
         rates = study_rates(study, db, suite, rates)
-    forecast = forecast_for(rates, policy=plan.gate_policy.tasks, hours=plan.hours, trials=plan.trials,
+    policy = plan.gate_policy.tasks
+    forecast = forecast_for(rates, policy=policy, hours=plan.hours, trials=plan.trials,
                             finalists=plan.finalists, finalist_launches=plan.finalist_launches,
-                            scope=plan.task_tier_scope, judging=plan.gate_policy.tasks.mode == "judge")
+                            scope=plan.task_tier_scope, judging=policy.mode == "judge",
+                            baseline_first=first_answers(policy, suite))
     announce(study, forecast, when)
     return forecast
 
 
 def forecast_for(rates: Rates, *, policy: TaskPolicy, hours: float | None, trials: int | None, finalists: int,
-                 finalist_launches: int, scope: str, judging: bool) -> Forecast:
+                 finalist_launches: int, scope: str, judging: bool, baseline_first: int = 0) -> Forecast:
     """The plan for a run stopped by --hours; a run stopped by --trials only is planned for the hours its
     trials would take."""
     bound = None
@@ -111,12 +150,13 @@ def forecast_for(rates: Rates, *, policy: TaskPolicy, hours: float | None, trial
         per = rates.launch_s + rates.bench_s + rates.fidelity_s
         hours = max((trials or 1) * per / 3600.0, 0.01)
         probe = plan_night(rates, policy=policy, hours=hours, finalists=finalists,
-                           finalist_launches=finalist_launches, scope=scope, judging=judging, suggest=False)
-        hours = max(hours, (probe.baseline_s + probe.finalists_s + probe.judgment_s + (trials or 1) * probe.trial_s)
-                    / 3600.0)
+                           finalist_launches=finalist_launches, scope=scope, judging=judging, suggest=False,
+                           baseline_first=baseline_first)
+        hours = max(hours, (probe.baseline_s + probe.finalists_s + probe.judgment_s + (trials or 1) * probe.trial_s
+                            + 1.0) / 3600.0)  # a second over: the plan's floor division must reach the last trial
         bound = f"--trials {trials or 1}"
     forecast = plan_night(rates, policy=policy, hours=hours, finalists=finalists, finalist_launches=finalist_launches,
-                          scope=scope, judging=judging)
+                          scope=scope, judging=judging, baseline_first=baseline_first)
     return dataclasses.replace(forecast, bound=bound) if bound else forecast
 
 
@@ -136,6 +176,6 @@ def plan_command(args: argparse.Namespace, suite: SuiteSpec, policy: TaskPolicy)
         rates = rates_from_args(args, suite)
     forecast = plan_night(rates, policy=policy, hours=args.hours, finalists=args.finalists,
                           finalist_launches=args.finalist_launches, scope=args.task_tier_scope,
-                          judging=policy.mode == "judge")
+                          judging=policy.mode == "judge", baseline_first=first_answers(policy, suite))
     print(forecast.text(), end="")
     return 0 if forecast.fits else 1

@@ -43,7 +43,7 @@ from eval.records import EpisodeOutcome, SuiteResult, TasksetResult
 from eval.suites import SuiteSpec, TasksetSpec
 from eval.traces import TraceTail, summarize_episodes
 
-__all__ = ["Answer", "Answers", "Judgment", "TaskTier", "first_answers", "first_walk"]
+__all__ = ["Answer", "Answers", "Judgment", "TaskTier", "first_answers", "first_walk", "quiet_walk"]
 
 log = logging.getLogger(__name__)
 StopRule = Callable[[list[EpisodeOutcome]], str | None]
@@ -61,14 +61,24 @@ def first_walk(policy: TaskPolicy, tasksets: int) -> int:
     return max(min(reject, accept), 1)
 
 
+def quiet_walk(policy: TaskPolicy, tasksets: int, n_tasks: int) -> int:
+    """How far the walk of a candidate that flips no task runs: to the futility stop (all of n_tasks if
+    none comes first). On a lossless change this is the common walk, and no walk that loses a task is shorter."""
+    return policy.design(tasksets).walk(["tie"] * n_tasks).tasks_used
+
+
 def first_answers(policy: TaskPolicy, suite: SuiteSpec) -> int:
-    """What the baseline answers in its own trial: at least the fewest tasks any walk decides in, and a full
+    """What the baseline answers in its own trial: at least the fewest tasks any walk decides in, a full
     batch of the suite's requests in flight (they cost about one request's wall time, and give the plan a
-    throughput and answer-length sample rather than a worker's start-up over three answers), but never more
-    than a lossless candidate's expected walk on the smallest taskset."""
-    design = policy.design(len(suite.tasksets))
-    expected = min(math.ceil(expected_walk(design, spec.planned_tasks or 600)) for spec in suite.tasksets)
-    return max(first_walk(policy, len(suite.tasksets)), min(suite.max_concurrent, expected))
+    throughput and answer-length sample rather than a worker's start-up over three answers) and the walk of a
+    candidate that flips nothing (answering less makes the first such judgment relaunch the baseline), but
+    never more than a lossless candidate's expected walk on the smallest taskset."""
+    n = len(suite.tasksets)
+    design = policy.design(n)
+    sizes = [spec.planned_tasks or 600 for spec in suite.tasksets]
+    expected = min(math.ceil(expected_walk(design, size)) for size in sizes)
+    quiet = min(quiet_walk(policy, n, size) for size in sizes)
+    return max(first_walk(policy, n), min(expected, max(suite.max_concurrent, quiet)))
 
 
 class Answers:

@@ -383,9 +383,11 @@ class TrialRunner:
             if self.tier is not None:
                 self._stage(record, "tasks")
                 suite = self.tier.baseline_first(server, label=label, trial=trial.number, config_digest=config.digest)
-        self._stage(record, "noise floor")
+        self._stage(record, "relaunch")  # timed apart from the floor: the plan's launch and fidelity rates
         with self._server(trial, config, launch=1) as server:
+            self._stage(record, "bench again")
             second = self._baseline_bench(trial, config, record, server, launch=1)  # bench first, as in launch 0
+            self._stage(record, "noise floor")
             floor = measure_fidelity(server.url, reference, store=self.store, role="noise_floor", label=label + "#2")
         return BaselineEvidence(label=label, reference=reference, fidelity_floor=floor, suite=suite, bench=bench,
                                 speed_floor=noise_floor(bench.samples(), second.samples()), trial_number=trial.number)

@@ -9,7 +9,8 @@
 # tier alone decides it. Each call stops the loop at STUDY_SECONDS (as a
 # kill would) and copies results.db to $OUT; the next call on the warm machine resumes it from
 # /tmp/task-tier-study (the lazy answers on disk under /tmp/task-tier-runs resume without re-answering).
-# The end prints the night plan's predicted seconds per stage against the measured ones.
+# The end prints the night plan's predicted seconds per stage against the measured ones, and the plan replayed
+# at each point of the study against the trials after it (.ci/gpu/plan_replay.py).
 #   source .device-kit/setup.sh && source .ci/gpu/eval-install.sh && bash .ci/gpu/task-tier-study.sh [flags]
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -63,3 +64,4 @@ for label, passed, stage, _, evidence in judged:
         print(f"  {label}: {v['name']} {v['decision']}, {v['tasks_used']} of {v['paired_tasks']} paired, "
               f"lost {v['lost']} gained {v['gained']}, power {v['power']:.0%}")
 EOF
+python .ci/gpu/plan_replay.py "$state/results.db" > "$out/plan-replay.txt" 2>&1 && grep -E "^==|predicted" "$out/plan-replay.txt"

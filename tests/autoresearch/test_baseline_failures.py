@@ -47,7 +47,7 @@ def test_the_baseline_is_measured_first_in_both_launches_then_reference_suite_an
     trial = env.run(None, role="baseline")
     assert calls == ["launch 0", "bench", "capture", "suite", "launch 1", "bench", "floor:stages:baseline#2"]
     assert list(trial.user_attrs["stage_s"]) == ["feasibility", "launch", "bench", "reference", "tasks",
-                                                 "noise floor"]
+                                                 "relaunch", "bench again", "noise floor"]
     assert TrialOutcome.of(trial) is TrialOutcome.BASELINE and launcher.benched == [env.digest()] * 2
     assert env.study.user_attrs["baseline_evidence"]["suite_run_id"] == 7
 

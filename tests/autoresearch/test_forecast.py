@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch.forecast import expected_longest_walk, expected_walk, plan_night, stated_rates
+from autoresearch.forecast import (
+    baseline_relaunches,
+    expected_longest_walk,
+    expected_walk,
+    plan_night,
+    stated_rates,
+    walk_survival,
+)
 from autoresearch.progress import Progress
 from eval.decision import TaskPolicy
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
@@ -71,8 +78,13 @@ def test_plan_arithmetic_finalists_scope():
     assert f.baseline_s == 2 * (60 + 90 + 30)
     assert f.finalists_s == 3 * 2 * (60 + 90)
     assert f.judgments == 2
-    # two finalists launched, and the baseline relaunched H(2) = 1.5 times in expectation
-    assert f.judgment_s == pytest.approx(2 * (2 * walk + longest) * task_s + (2 + 1.5) * 60)
+    # two finalists launched, and the baseline relaunched for the first walk (it answered nothing before) and
+    # for the second when it outruns the first on either taskset
+    survival = walk_survival(design, 600)
+    p = baseline_relaunches(survival, 2, 0)
+    assert p[0] == pytest.approx(1.0) and 0.4 < p[1] < 0.5  # a strict record: below 1/2 by the walks' ties
+    relaunches = 1 + (1 - (1 - p[1]) ** 2)
+    assert f.judgment_s == pytest.approx(2 * (2 * walk + longest) * task_s + (2 + relaunches) * 60)
     assert f.trials == int((8 * 3600 - f.baseline_s - f.finalists_s - f.judgment_s) // 180)
     assert f.total_s <= 8 * 3600 and f.fits and f.problems == ()
     assert [t.power for t in f.tasksets] == [pytest.approx(design.power_at(600))] * 2
@@ -171,7 +183,8 @@ def test_measured_rates_time_tasks_by_their_answering_span_and_calls_by_what_is_
     from autoresearch.forecast import measured_rates
 
     fallback = stated_rates(OFFLINE, decode_tok_s=40, prefill_tok_s=1000, answer_tokens=1000)
-    baseline = _Trial("baseline", {"launch": 20.0, "bench": 18.0, "reference": 8.0, "tasks": 60.0})
+    baseline = _Trial("baseline", {"launch": 30.0, "bench": 18.0, "reference": 8.0, "tasks": 60.0, "relaunch": 20.0,
+                                   "bench again": 16.0, "noise floor": 5.0})
     # 8 tasks in flight at once per taskset, each 2 s: spans of 2 s and 3 s (one batch staggered by 1 s)
     run = {"elapsed_s": 55.0, "tasksets": [_taskset("rg-math", [0.0] * 8, 2.0), _taskset("rg-logic", [0.0] * 4 + [1.0] * 4, 2.0)]}
     rates = measured_rates([baseline], [run], OFFLINE, fallback=fallback)
@@ -179,11 +192,21 @@ def test_measured_rates_time_tasks_by_their_answering_span_and_calls_by_what_is_
     assert math_.task_s == pytest.approx(2.0 / 8) and logic.task_s == pytest.approx(3.0 / 8)
     assert math_.call_s == logic.call_s == pytest.approx((55.0 - 5.0) / 2)  # the worker's start, per taskset
     assert math_.answered_tokens == 40 and math_.truncated_share == 0
-    # no candidate has measured fidelity yet: the baseline's reference logits stand in, and say so
-    assert rates.fidelity_s == 8.0 and "reference logits" in rates.source
-    assert (rates.launch_s, rates.bench_s) == (20.0, 18.0)
-    candidate = _Trial("candidate", {"launch": 22.0, "bench": 18.0, "fidelity": 4.0})
-    assert measured_rates([baseline, candidate], [run], OFFLINE, fallback=fallback).fidelity_s == 4.0
+    # no candidate has run yet: the baseline's matching stages stand in, and the plan says so. Its second
+    # launch and bench (warm and compiled, as a candidate's) and not its first, its noise floor (a
+    # candidate's measurement) and not the reference capture
+    assert (rates.launch_s, rates.bench_s, rates.fidelity_s) == (20.0, 16.0, 5.0)
+    assert "the baseline's second launch" in rates.source and "launch 20 s" in rates.source
+    # then the candidates' own, with the baseline's second launch as one sample among them (a first candidate of a
+    # new kind pays its own one-time compiles: alone, it would set the plan)
+    first = _Trial("candidate", {"launch": 40.0, "bench": 30.0, "fidelity": 4.0})
+    then = _Trial("candidate", {"launch": 22.0, "bench": 18.0, "fidelity": 6.0})
+    later = measured_rates([baseline, first, then], [run], OFFLINE, fallback=fallback)
+    assert (later.launch_s, later.bench_s, later.fidelity_s) == (22.0, 18.0, 5.0)
+    # a baseline timed before its second launch was split from its floor: its first launch and its reference
+    before = _Trial("baseline", {"launch": 30.0, "bench": 18.0, "reference": 8.0, "noise floor": 40.0})
+    assert (lambda r: (r.launch_s, r.fidelity_s))(measured_rates([before], [run], OFFLINE, fallback=fallback)) == \
+        (30.0, 8.0)
     # the plan charges each judgment a call per side and taskset
     one = plan_night(rates, policy=TaskPolicy(), hours=8, finalists=1, finalist_launches=1)
     none = plan_night(dataclasses.replace(rates, tasksets=tuple(dataclasses.replace(t, call_s=0.0)
@@ -218,3 +241,72 @@ def test_a_run_bounded_by_trials_is_planned_for_the_hours_its_trials_take_and_sa
     stated = forecast_for(rates, policy=TaskPolicy(), hours=8, trials=6, finalists=2, finalist_launches=2,
                           scope="finalists", judging=True)
     assert stated.text().startswith("Night plan for --hours 8 (") and stated.bound is None
+
+
+def test_the_plan_takes_the_walks_judged_candidates_took_and_charges_the_baseline_only_past_its_first_answers():
+    rates = stated_rates(OFFLINE, decode_tok_s=400, prefill_tok_s=5000, answer_tokens=300, launch_s=60, bench_s=90,
+                         fidelity_s=30)
+    task_s = rates.tasksets[0].task_s
+    policy = TaskPolicy()
+    quiet = policy.design(2).walk(["tie"] * 600).tasks_used
+    designed = plan_night(rates, policy=policy, hours=8, finalists=2, finalist_launches=1, baseline_first=quiet)
+    assert "planned discordance (10% of tasks flipped)" in designed.text()
+    assert f"a change that flips none walks {quiet}" in designed.text()
+    assert designed.baseline_s == pytest.approx(2 * 180 + 2 * quiet * task_s)  # its first answers, in its trial
+
+    def walked(first_taskset: tuple[int, ...]) -> object:
+        measured = (first_taskset, (quiet, quiet))
+        return dataclasses.replace(rates, tasksets=tuple(dataclasses.replace(t, walks=w)
+                                                         for t, w in zip(rates.tasksets, measured, strict=True)))
+
+    # candidates that flipped nothing walk exactly as far as the baseline's first answers: no relaunch
+    f = plan_night(walked((quiet, quiet)), policy=policy, hours=8, finalists=2, finalist_launches=1,
+                   baseline_first=quiet)
+    assert [(t.walk_tasks, t.baseline_tasks) for t in f.tasksets] == [(quiet, quiet)] * 2
+    assert f.judgment_s == pytest.approx(2 * 2 * quiet * task_s + 2 * 60)  # the two finalists' launches only
+    assert "as this study's judged candidates walked (2 judged)" in f.text()
+    # half the walks 40 tasks longer on one taskset: of two judged, the longer one outruns the baseline's answers
+    # with P 1 - 1/4, by 40 tasks; judgment k relaunches it with P 1/2 ** k
+    g = plan_night(walked((quiet, quiet + 40)), policy=policy, hours=8, finalists=2, finalist_launches=1,
+                   baseline_first=quiet)
+    assert g.tasksets[0].walk_tasks == pytest.approx(quiet + 20)
+    assert g.tasksets[0].baseline_tasks == pytest.approx(quiet + 40 * 0.75)
+    assert g.judgment_s == pytest.approx((2 * (quiet + 20) + 30) * task_s + 2 * quiet * task_s + (2 + 0.75) * 60)
+
+
+def test_a_stored_study_plans_with_its_judged_walks_and_the_calls_of_judgments_that_did_not_relaunch_the_baseline(
+        tmp_path):
+    import optuna
+
+    from autoresearch.db import ResultsDB
+    from autoresearch.night import study_rates
+
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    db = ResultsDB(url)
+    study = optuna.create_study(study_name="s", storage=url, directions=["maximize", "maximize"])
+    stages = {"launch": 30.0, "bench": 20.0, "relaunch": 10.0, "bench again": 8.0, "noise floor": 4.0}
+    study.add_trial(optuna.trial.create_trial(values=[1.0, 1.0], user_attrs={"role": "baseline", "stage_s": stages}))
+    for _ in range(2):
+        study.add_trial(optuna.trial.create_trial(values=[1.0, 1.0], user_attrs={
+            "role": "candidate", "task_tier": "judged", "stage_s": {"launch": 10.0, "bench": 8.0, "fidelity": 4.0}}))
+    # the baseline's first answers: 8 tasks per taskset in a cold call (1 s a task, 30 s to start each call)
+    first = [_taskset("rg-math", [float(i) for i in range(8)], 1.0), _taskset("rg-logic", [float(i) for i in range(8)], 1.0)]
+    db.add_measurement(study="s", trial=0, kind="suite", config_digest="b",
+                       payload={"lazy": True, "elapsed_s": 2 * 30.0 + 16.0, "tasksets": first})
+    # judgment 1 walked past them (the baseline answered on: its time holds a relaunch); judgment 2 did not, and
+    # its calls were quicker (0.5 s a task, 10 s to start)
+    quick = [_taskset("rg-math", [i / 2 for i in range(8)], 0.5), _taskset("rg-logic", [i / 2 for i in range(8)], 0.5)]
+    db.add_measurement(study="s", trial=1, kind="suite", config_digest="c1", payload={
+        "lazy": True, "elapsed_s": 500.0, "tasksets": quick, "baseline_answered": {"rg-math": 12, "rg-logic": 8},
+        "walks": {"rg-math": 12, "rg-logic": 3}})
+    db.add_measurement(study="s", trial=2, kind="suite", config_digest="c2", payload={
+        "lazy": True, "elapsed_s": 2 * 10.0 + 8.0, "tasksets": quick, "baseline_answered": {"rg-math": 12, "rg-logic": 8},
+        "walks": {"rg-math": 8, "rg-logic": 8}})
+    fallback = stated_rates(OFFLINE, decode_tok_s=40, prefill_tok_s=1000, answer_tokens=1000)
+    rates = study_rates(study, db, OFFLINE, fallback)
+
+    assert [t.walks for t in rates.tasksets] == [(12, 8), (3, 8)] and "walks of 2 judged" in rates.source
+    # the baseline's call and judgment 2's pooled; judgment 1's 500 s (a relaunch, the baseline's calls) left out
+    assert [t.task_s for t in rates.tasksets] == [pytest.approx((8.0 + 4.0) / 16)] * 2
+    assert [t.call_s for t in rates.tasksets] == [pytest.approx((30.0 + 10.0) / 2)] * 2
+    assert (rates.launch_s, rates.bench_s, rates.fidelity_s) == (10.0, 8.0, 4.0)

@@ -19,7 +19,7 @@ import pytest
 
 from autoresearch.errors import BaselineUnmeasured
 from autoresearch.forecast import expected_walk
-from autoresearch.task_tier import TaskTier, first_answers, first_walk
+from autoresearch.task_tier import TaskTier, first_answers, first_walk, quiet_walk
 from eval.decision import TaskPolicy
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
 from eval.traces import TraceTail, summarize_episodes
@@ -136,13 +136,20 @@ def test_the_baseline_answers_exactly_as_many_tasks_as_the_longest_walk(tmp_path
     assert launches.count("baseline") >= 1
 
 
-def test_the_baseline_answers_a_full_batch_first_but_never_past_a_lossless_walk():
-    walk = math.ceil(expected_walk(POLICY.design(2), 600))
+def test_the_baseline_answers_a_quiet_walk_and_a_full_batch_first_but_never_past_a_lossless_walk():
+    design = POLICY.design(2)
+    walk = math.ceil(expected_walk(design, 600))
     fewest = first_walk(POLICY, 2)
-    assert fewest < 8 < walk  # the offline suite: 8 requests in flight
-    assert first_answers(POLICY, SUITE) == 8
-    assert first_answers(POLICY, dataclasses.replace(SUITE, max_concurrent=1)) == fewest
+    quiet = quiet_walk(POLICY, 2, 600)
+    assert fewest < 8 < quiet < walk  # the offline suite: 8 requests in flight
+    assert design.walk(["tie"] * (quiet - 1)).decision == "undecided"  # a candidate flipping nothing stops there
+    assert design.walk(["tie"] * quiet).decision == "accepted"
+    assert first_answers(POLICY, SUITE) == quiet  # its first judgment needs no relaunch of the baseline
+    assert first_answers(POLICY, dataclasses.replace(SUITE, max_concurrent=1)) == quiet
+    assert first_answers(POLICY, dataclasses.replace(SUITE, max_concurrent=100)) == 100
     assert first_answers(POLICY, dataclasses.replace(SUITE, max_concurrent=500)) == walk
+    small = dataclasses.replace(SUITE, tasksets=tuple(dataclasses.replace(t, limit=20) for t in SUITE.tasksets))
+    assert first_answers(POLICY, dataclasses.replace(small, max_concurrent=1)) == 20  # never past the taskset
 
 
 def test_the_lazy_baseline_resumes_after_a_kill_without_answering_again(tmp_path):

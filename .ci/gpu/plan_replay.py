@@ -1,0 +1,49 @@
+"""The night plan, replayed on a stored task-tier study (.ci/gpu/task-tier-study.sh's settings): the plan the
+loop makes from what it had measured once the baseline finished, and after each judgment, each against the
+stages the later trials measured. Why: a plan is only as good as its forecast of trials it had not seen.
+Run with the project's current forecast, so a study stored before a change to it can be replayed with it.
+    python .ci/gpu/plan_replay.py results.db"""
+import dataclasses
+import statistics
+import sys
+
+import optuna
+
+from autoresearch.db import ResultsDB
+from autoresearch.forecast import measured_rates
+from autoresearch.night import assumed_rates, forecast_for, task_judgments
+from autoresearch.task_tier import first_answers
+from eval.decision import TaskPolicy
+from eval.suites import SuiteOverrides, apply_overrides, get_suite
+
+url = f"sqlite:///{sys.argv[1]}"
+study = optuna.load_study(study_name=optuna.get_all_study_names(url)[0], storage=url)
+db = ResultsDB(url)
+suite = dataclasses.replace(apply_overrides(get_suite("offline"), SuiteOverrides(max_tokens=1024)), max_concurrent=64)
+policy = TaskPolicy()
+trials = study.get_trials()
+base = next(t for t in trials if t.user_attrs.get("role") == "baseline")
+runs = [r["payload"] for r in db.measurements(study=study.study_name, kind="suite", trial=base.number)]
+judged = [t for t in trials if t.user_attrs.get("task_tier") == "judged"]
+judgments = task_judgments(study, db, base.number, runs)
+measured = {s: [t.user_attrs["stage_s"][s] for t in trials if t.user_attrs.get("role") == "candidate"
+                and s in (t.user_attrs.get("stage_s") or {})] for s in ("launch", "bench", "fidelity", "tasks")}
+for k in range(len(judged)):
+    seen = [base] + [t for t in trials if t.number <= (judged[k - 1].number if k else base.number) and t is not base]
+    done = judgments[:k]  # the loop's order: judgment k belongs to judged[k]
+    rates = measured_rates(seen, runs + [j["payload"] for j in done if not j["extended"]], suite,
+                           fallback=assumed_rates(suite, "exllamav3", {}))
+    if k:
+        rates = dataclasses.replace(rates, tasksets=tuple(dataclasses.replace(
+            t, walks=tuple(j["walks"][t.name] for j in done if t.name in j["walks"])) for t in rates.tasksets))
+    f = forecast_for(rates, policy=policy, hours=None, trials=5, finalists=2, finalist_launches=1, scope="every",
+                     judging=True, baseline_first=first_answers(policy, suite))
+    later = [t for t in judged[k:]]
+    print(f"== plan with {k} judged (made after trial {seen[-1].number}), predicting trials {[t.number for t in later]}")
+    print(f.text())
+    for stage, predicted in f.stage_s().items():
+        vals = [t.user_attrs["stage_s"][stage] for t in trials if t.user_attrs.get("role") == "candidate"
+                and stage in (t.user_attrs.get("stage_s") or {}) and t.number > seen[-1].number]
+        m = statistics.median(vals) if vals else float("nan")
+        print(f"  {stage:9} predicted {predicted:7.1f}  measured median {m:7.1f} over {len(vals)} later trials  "
+              f"{'within 25%' if abs(m - predicted) <= 0.25 * predicted else 'OFF'}")

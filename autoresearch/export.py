@@ -59,6 +59,11 @@ def export_champion(plan: RunPlan, out: Path | None, *, fmt: str = "serving", fu
         raise StudyError(f"study {plan.study_name} has no champion yet: the loop decides it after its last trial")
     config, who, minimization = _exported_config(study, champion, full=full)
     if fmt == "tabbyapi":
+        best = (minimization.extra.get("tabbyapi_subset") or {}) if minimization else {}
+        if best.get("of") == "champion" and best.get("cost"):  # measured faster for TabbyAPI than the minimal's
+            config = ServingConfig.from_dict(champion["config"])
+            who = (f"trial {champion['trial']} (the confirmed champion: of what TabbyAPI can express, its changes "
+                   "were measured faster than the minimal champion's)")
         return _export_tabbyapi(plan, study, config, who, minimization, out or Path("tabbyapi-export"))
     out = out or Path("champion.json")
     out.write_text(config.to_json() + "\n")
@@ -108,13 +113,20 @@ def _not_expressed(export: TabbyExport, config: ServingConfig, minimization: Min
                     "removed it alone)")
         lines.append(f"- `{u.field}={u.value}` -> `{u.tabby_runs}` ({u.why}); {measured}")
     subset = expressible_subset(config, hybrid=hybrid)
-    measured = (minimization.extra.get("tabbyapi_subset") or {}) if minimization else {}
+    stored = (minimization.extra.get("tabbyapi_subset") or {}) if minimization else {}
+    tried = stored.get("tried") or ([stored] if stored.get("digest") else [])
+    measured = next((t for t in tried if t["digest"] == subset.digest and t.get("cost")), None) or stored
     lines += ["", f"config.yml and exl3.env are the subset TabbyAPI can run (config digest `{subset.digest[:12]}`)."]
     if measured.get("digest") == subset.digest and measured.get("cost"):
         cost = Cost.from_dict(measured["cost"])
         lines.append(f"Measured against the champion ({cost.launches} fresh launches each, interleaved): request time "
                      f"{signed_change(cost.request, time=True)}, decode {signed_change(cost.decode)}, prefill "
                      f"{signed_change(cost.prefill)}; bench's verdict: {cost.verdict}.")
+        for other in (t for t in tried if t["digest"] != subset.digest and t.get("cost")):
+            c = Cost.from_dict(other["cost"])
+            lines.append(f"The {other['of']} champion's subset (`{other['digest'][:12]}`), measured alike: request "
+                         f"time {signed_change(c.request, time=True)}, decode {signed_change(c.decode)}, prefill "
+                         f"{signed_change(c.prefill)}.")
     elif measured.get("digest"):
         lines.append(f"Its speed has not been measured: the minimization measured the subset of the minimal champion "
                      f"(`{measured['digest'][:12]}`), which export writes without --full-champion once it passed the gate.")

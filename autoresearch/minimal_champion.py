@@ -99,8 +99,11 @@ def minimize_champion(plan: RunPlan, study: optuna.Study, db: ResultsDB, champio
         return None
     config = ServingConfig.from_dict(champion.config)
     stored = study.user_attrs.get(MINIMIZATION_ATTR)
-    if stored and stored.get("champion_digest") == config.digest:
+    if stored and stored.get("champion_digest") == config.digest and \
+            "tried" in (stored.get("extra", {}).get("tabbyapi_subset") or {"tried": ()}):
         return Minimization.from_dict(stored)
+    # (a minimization stored before both TabbyAPI subsets were measured is replayed from its stored launches,
+    # and measures what it lacks)
     baseline, mix = _baseline_mix(study, db, plan)
     key = config.digest
     measure = _Launcher(plan, db, mix, key)
@@ -109,21 +112,47 @@ def minimize_champion(plan: RunPlan, study: optuna.Study, db: ResultsDB, champio
     extra = dict(result.extra)
     if result.minimal.digest == config.digest:  # nothing removed: the confirmed champion, already gated
         extra["gate"] = {"passed": True, "reason": "the minimal champion is the confirmed champion"}
+    elif stored and stored.get("champion_digest") == config.digest and "gate" in stored.get("extra", {}) and \
+            Minimization.from_dict(stored).minimal.digest == result.minimal.digest:
+        extra["gate"] = stored["extra"]["gate"]  # replayed to the same minimal champion: judged once, not again
     hybrid = any(t.user_attrs.get("role") == "baseline" and "cache_slots" in t.params for t in study.trials)
     if config.engine == "exllamav3" and not to_tabbyapi(result.minimal, model_path=plan.model.path,
                                                         hybrid=hybrid).equivalent:
-        subset = expressible_subset(result.minimal, hybrid=hybrid)
-        champ, runs = [], []
-        for i in range(launches):
-            champ.append(measure(config, f"tabbyapi/champion/{i}"))
-            runs.append(measure(subset, f"tabbyapi/subset/{i}"))
-        champ, runs = [x for x in champ if x], [x for x in runs if x]
-        extra["tabbyapi_subset"] = {"digest": subset.digest,
-                                    "cost": judge(champ, runs).to_dict() if champ and runs else None}
+        extra["tabbyapi_subset"] = _tabbyapi_subset(config, result.minimal, measure, launches, hybrid=hybrid)
     result = dataclasses.replace(result, extra=extra)
     study.set_user_attr(MINIMIZATION_ATTR, result.to_dict() | {"champion_digest": config.digest,
                                                                "request_mix": mix.to_dict()})
     return result
+
+
+def _tabbyapi_subset(champion: ServingConfig, minimal: ServingConfig, measure: _Launcher, launches: int, *,
+                     hybrid: bool) -> dict:
+    """What TabbyAPI should run of a champion it cannot fully express: the expressible subset of the minimal
+    champion, or of the confirmed one where that differs (the minimal champion's removals were judged with the
+    settings TabbyAPI lacks in place: without them, a removed change can be worth keeping again), each
+    measured in fresh launches interleaved with the champion's; the one with the shorter request time (the
+    minimal champion's on a tie). Returns its digest, config and cost, and every subset tried."""
+    subsets = {"minimal": expressible_subset(minimal, hybrid=hybrid)}
+    full = expressible_subset(champion, hybrid=hybrid)
+    if full.digest != subsets["minimal"].digest:
+        subsets["champion"] = full
+    labels = {"minimal": "tabbyapi/subset", "champion": "tabbyapi/champion-subset"}
+    champ: list = []
+    runs: dict[str, list] = {of: [] for of in subsets}
+    for i in range(launches):
+        champ.append(measure(champion, f"tabbyapi/champion/{i}"))
+        for of, subset in subsets.items():
+            runs[of].append(measure(subset, f"{labels[of]}/{i}"))
+    champ = [x for x in champ if x]
+    tried = []
+    for of, subset in subsets.items():
+        done = [x for x in runs[of] if x]
+        cost = judge(champ, done) if champ and done else None
+        tried.append({"of": of, "digest": subset.digest, "config": subset.to_dict(),
+                      "cost": cost.to_dict() if cost else None})
+    measured = [t for t in tried if t["cost"]]
+    best = max(measured, key=lambda t: t["cost"]["request"][0]) if measured else tried[0]
+    return {**best, "tried": tried}
 
 
 def record_gate(study: optuna.Study, *, passed: bool, reason: str, decision_id: int | None = None) -> None:

@@ -33,10 +33,12 @@ class RecordedLaunches:
         self.records = {(r["payload"]["trial"], r["launch"]): BenchResult.from_dict(r["payload"]) for r in rounds}
         self.calls: list[str] = []
 
+    def fast(self, config) -> bool:
+        return config.args.draft_mode == "ngram" and config.args.hybrid_draft_tokens > 0
+
     def __call__(self, config, label):
         self.calls.append(label)
-        drafts = config.args.draft_mode == "ngram" and config.args.hybrid_draft_tokens > 0
-        return self.records[(18 if drafts else 0, int(label.rsplit("/", 1)[-1]))]
+        return self.records[(18 if self.fast(config) else 0, int(label.rsplit("/", 1)[-1]))]
 
 
 @pytest.fixture
@@ -59,17 +61,20 @@ def test_the_champion_is_minimized_its_launches_stored_and_a_resumed_run_replays
     assert set(result.kept) == {"draft_mode", "hybrid_draft_tokens"}
     assert result.costs["draft_mode"].verdict == "slower" and result.costs["prefill_cooldown"].verdict == "same"
     assert result.complete and result.launches <= result.bound
-    # hybrid drafts have no TabbyAPI key: what TabbyAPI runs was measured too, and is slower
+    # hybrid drafts have no TabbyAPI key: what TabbyAPI runs was measured too, and is slower. Both subsets were
+    # (the minimal champion's and the confirmed one's), alike here: the minimal champion's is kept on the tie
     subset = result.extra["tabbyapi_subset"]
-    assert subset["cost"]["verdict"] == "slower"
-    assert len(db.measurements(study="drafting-eos", kind=KIND)) == len(recorded.calls) == result.launches + 4
+    assert subset["cost"]["verdict"] == "slower" and subset["of"] == "minimal"
+    assert [t["of"] for t in subset["tried"]] == ["minimal", "champion"]
+    assert subset["tried"][1]["cost"]["request"] == subset["cost"]["request"]
+    assert len(db.measurements(study="drafting-eos", kind=KIND)) == len(recorded.calls) == result.launches + 6
     stored = optuna.load_study(study_name="drafting-eos", storage=url).user_attrs[MINIMIZATION_ATTR]
     assert stored["request_mix"]["kinds"][0]["kind"] == "math"
 
     # resumed with the decision gone: every launch is answered from the database, none is made again
     study.set_user_attr(MINIMIZATION_ATTR, None)
     again = minimize_champion(plan, study, db, champion)
-    assert again == result and len(recorded.calls) == result.launches + 4
+    assert again == result and len(recorded.calls) == result.launches + 6
 
     assert main(["report", "--study", "drafting-eos", "--storage", url, "--results-md",
                  str(tmp_path / "RESULTS.md")]) == 0
@@ -79,7 +84,52 @@ def test_the_champion_is_minimized_its_launches_stored_and_a_resumed_run_replays
                  "--out", str(tmp_path / "tabby")]) == 0
     not_expressed = (tmp_path / "tabby" / "NOT-EXPRESSED.md").read_text()
     assert "`hybrid_draft_tokens=4` -> `0`" in not_expressed and "request time +" in not_expressed
-    assert f"measured the subset of the minimal champion (`{subset['digest'][:12]}`)" in not_expressed
+    # the confirmed champion's subset was measured as well, and the minimal champion's is named beside it
+    assert "Measured against the champion (2 fresh launches each" in not_expressed
+    assert f"The minimal champion's subset (`{subset['digest'][:12]}`), measured alike" in not_expressed
+
+
+def test_tabbyapi_gets_the_confirmed_champions_subset_where_it_was_measured_faster(study_copy, monkeypatch, tmp_path,
+                                                                                   capsys):
+    """The minimal champion's removals were judged with hybrid drafts in place; TabbyAPI has none, and there the
+    champion's chunk size is worth keeping again (scripted launches: n-gram with 8192-token chunks as fast as
+    the champion). Export then writes the confirmed champion's subset, and names the minimal one's beside it."""
+    import yaml
+
+    from autoresearch.minimal_champion import _tabbyapi_subset
+    from autoresearch.minimize import Launch
+
+    plan, study, db, url = study_copy
+    monkeypatch.setattr(_Launcher, "_bench", lambda _self, config, label: RecordedLaunches(db)(config, label))
+    stored = study.user_attrs["champion"]
+    champion = Champion(**{k: stored[k] for k in Champion.__dataclass_fields__ if k in stored})
+    result = minimize_champion(plan, study, db, champion)
+    assert "max_chunk_size" not in result.kept and "hybrid_draft_tokens" in result.kept
+
+    def measure(config, label):
+        ngram = config.args.draft_mode == "ngram"
+        fast = ngram and (config.args.hybrid_draft_tokens > 0 or config.args.max_chunk_size == 8192)
+        jitter = 1 + 0.01 * int(label.rsplit("/", 1)[-1])
+        return Launch(request_time_s=(1.0 if fast else 1.5) * jitter, decode_tok_per_s=300 / jitter,
+                      prefill_tok_per_s=(9e4 if fast else 5e4) / jitter)
+
+    from serving.config import ServingConfig
+    subset = _tabbyapi_subset(ServingConfig.from_dict(stored["config"]), result.minimal, measure, 2, hybrid=False)
+    assert subset["of"] == "champion" and subset["cost"]["verdict"] == "same"
+    assert {t["of"]: t["cost"]["verdict"] for t in subset["tried"]} == {"minimal": "slower", "champion": "same"}
+    # the loop stores it with the minimization; export reads it from there
+    attrs = dict(study.user_attrs[MINIMIZATION_ATTR])
+    attrs["extra"] = {**attrs["extra"], "tabbyapi_subset": subset}
+    study.set_user_attr(MINIMIZATION_ATTR, attrs)
+    assert main(["export", "--study", "drafting-eos", "--storage", url, "--format", "tabbyapi",
+                 "--out", str(tmp_path / "tabby")]) == 0
+    written = yaml.safe_load((tmp_path / "tabby" / "config.yml").read_text())
+    assert written["model"]["chunk_size"] == 8192 and written["draft_model"]["draft_mode"] == "ngram"
+    not_expressed = (tmp_path / "tabby" / "NOT-EXPRESSED.md").read_text()
+    assert f"config digest `{subset['digest'][:12]}`" in not_expressed
+    minimal = subset["tried"][0]["digest"][:12]
+    assert f"The minimal champion's subset (`{minimal}`), measured alike: request time +50" in not_expressed
+    assert "measured faster than the minimal champion's" in capsys.readouterr().out
 
 
 def test_a_baseline_champion_is_not_minimized(study_copy):
@@ -102,3 +152,38 @@ def test_minimize_is_on_with_a_model_off_when_asked_and_its_launch_counts_must_b
     assert not make_plan(build_parser().parse_args([*argv, "--no-minimize"])).minimize
     with pytest.raises(PlanError, match="--minimize-launches"):
         make_plan(build_parser().parse_args([*argv, "--minimize-launches", "0"]))
+
+
+def test_a_minimization_stored_before_both_subsets_were_measured_replays_and_measures_only_the_missing_one(
+        tmp_path, monkeypatch):
+    """The real levers study (examples/real-0.5b-levers): its 30 stored launches replay; the one new thing is the
+    confirmed champion's TabbyAPI subset, in 2 fresh launches (a test double answers them with the study's own
+    stored bench record of the champion); the minimal champion keeps its gate verdict."""
+    from bench import BenchResult
+
+    levers = Path(__file__).parents[2] / "examples" / "real-0.5b-levers" / "results.db"
+    shutil.copy(levers, tmp_path / "results.db")
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    plan = make_plan(build_parser().parse_args(["export", "--study", "lever-study", "--storage", url,
+                                                "--minimize-max-launches", "30"]))  # the bound it ran under
+    study, db = optuna.load_study(study_name="lever-study", storage=url), ResultsDB(url)
+    before = study.user_attrs[MINIMIZATION_ATTR]
+    assert "tried" not in before["extra"]["tabbyapi_subset"] and before["extra"]["gate"]["passed"]
+    rows = db.measurements(study="lever-study", kind=KIND)
+    champion_bench = next(r["payload"]["bench"] for r in rows if r["payload"]["label"] == "tabbyapi/champion/0")
+    fresh: list[str] = []
+    monkeypatch.setattr(_Launcher, "_bench",
+                        lambda _self, config, label: fresh.append(label) or BenchResult.from_dict(champion_bench))
+    stored = study.user_attrs["champion"]
+    champion = Champion(**{k: stored[k] for k in Champion.__dataclass_fields__ if k in stored})
+
+    result = minimize_champion(plan, study, db, champion)
+    assert fresh == ["tabbyapi/champion-subset/0", "tabbyapi/champion-subset/1"]
+    assert result.kept == ("hybrid_draft_tokens",) and result.launches == before["launches"]
+    assert result.extra["gate"] == before["extra"]["gate"]
+    subset = result.extra["tabbyapi_subset"]
+    assert [t["of"] for t in subset["tried"]] == ["minimal", "champion"]
+    replayed, stored_cost = subset["tried"][0]["cost"], before["extra"]["tabbyapi_subset"]["cost"]  # stored launches
+    assert replayed["verdict"] == stored_cost["verdict"] == "slower"
+    assert replayed["request"] == pytest.approx(stored_cost["request"], rel=1e-9)
+    assert subset["of"] == "champion"  # answered with the champion's own record: as fast as the champion

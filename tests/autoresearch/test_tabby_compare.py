@@ -49,8 +49,9 @@ def test_prepare_sets_only_deployment_keys_within_tabbyapis_schema_and_the_study
     assert deployed["network"] == {"host": "127.0.0.1", "port": 18731, "disable_auth": True, "api_servers": ["oai"]}
     assert not any(deployed["logging"].values())
     assert {k: v for k, v in deployed.items() if k not in ("network", "logging")} == exported  # same model folder here
-    assert deployed["model"]["chunk_size"] == 16384 and deployed["draft_model"] == {"draft_mode": "disabled"}
-    # the champion's suffix drafting, shared chunk and cooldown have no TabbyAPI key: our server runs the subset too
+    # the minimal champion kept only suffix drafting (hybrid_draft_tokens=4), which has no TabbyAPI key: what
+    # TabbyAPI runs of it is exllamav3's defaults (chunk 2048), and our server runs that subset too
+    assert deployed["model"]["chunk_size"] == 2048 and deployed["draft_model"] == {"draft_mode": "disabled"}
     subset = json.loads((work / "subset.json").read_text())["args"]
     assert (subset["hybrid_draft_tokens"], subset["shared_chunk_size"], subset["prefill_cooldown"]) == (0, None, 4)
     assert (work / "bench-args").read_text().split() == [

@@ -14,7 +14,8 @@ The arithmetic, all of it here:
   design's planned discordance (eval.sequential, exact: an upper estimate where changes flip nothing);
 - the baseline answers its first answers in its own trial, then lazily as far as the longest of the judged
   walks (the expected maximum of J independent walks), relaunched each time a walk outruns both its first
-  answers and every earlier walk; in the finalists' scope each judged finalist is launched too;
+  answers and every earlier walk; such a walk's candidate has answered ahead of the baseline first (the
+  tier's lookahead), past where its walk ends; in the finalists' scope each judged finalist is launched too;
 - one answering call (a taskset's verifiers worker) costs a fixed start, measured (0 where stated), and
   one task costs (prompt / prefill rate + answered tokens / decode rate) / batch gain, where a
   stated answer length A under a budget B answers A (1 - exp(-B/A)) tokens and is truncated with
@@ -58,6 +59,7 @@ class TasksetRates:
     task_s: float  # wall seconds per task at the suite's concurrency
     call_s: float = 0.0  # fixed seconds of one answering call (its verifiers worker's start), measured
     walks: tuple[int, ...] = ()  # tasks each judged candidate's walk took, measured (empty: the design's curve)
+    answered: int = 0  # tasks the baseline has answered so far (its first answers and the judgments' since)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -352,8 +354,10 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
     cheap_s = r.launch_s + r.bench_s + r.fidelity_s
     finalists_s = (finalists + 1) * finalist_launches * (r.launch_s + r.bench_s)
 
-    def first(n: int) -> int:  # what the baseline answers in its own trial (all of it, where nothing walks)
-        return min(baseline_first, n) if judging else n
+    answered = {t.name: t.answered for t in r.tasksets}
+
+    def first(n: int, name: str = "") -> int:  # what the baseline has answered before a judgment needs more
+        return min(max(baseline_first, answered.get(name, 0)), n) if judging else n
 
     def tasksets_for(judged: int) -> list[TasksetPlan]:
         out = []
@@ -361,7 +365,7 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
             n = t.tasks or _UNKNOWN_TASKS
             survival = walk_survival(design, n, walks=t.walks)
             walk = sum(survival) if judging else n
-            baseline = first(n) + _longest(survival, judged, first(n)) if judging else n
+            baseline = first(n, t.name) + _longest(survival, judged, first(n, t.name)) if judging else n
             out.append(TasksetPlan(name=t.name, tasks=n, tasks_known=t.tasks is not None,
                                    power=design.power_at(n) if judging else 0.0, walk_tasks=walk,
                                    baseline_tasks=baseline, truncated_share=t.truncated_share, task_s=t.task_s,
@@ -370,18 +374,22 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
 
     def judgment_cost(judged: int) -> float:
         plans = tasksets_for(judged)
-        answers = sum((judged * p.walk_tasks + p.baseline_tasks - first(p.tasks)) * p.task_s for p in plans)
+        answers = sum((judged * p.walk_tasks + p.baseline_tasks - first(p.tasks, p.name)) * p.task_s for p in plans)
         # The lazy baseline answers on only when a walk outruns its first answers and every earlier walk: a
         # call per taskset that needs it, and a relaunch when any does (tasksets taken as independent).
-        needs = {t.name: baseline_relaunches(walk_survival(design, p.tasks, walks=t.walks), judged, first(p.tasks))
+        needs = {t.name: baseline_relaunches(walk_survival(design, p.tasks, walks=t.walks), judged,
+                                             first(p.tasks, t.name))
                  if judging else [0.0] * judged for t, p in zip(r.tasksets, plans, strict=True)}
         relaunches = sum(1.0 - math.prod(1.0 - needs[t.name][k] for t in r.tasksets) for k in range(judged))
         calls = sum((judged + sum(needs[t.name])) * t.call_s for t in r.tasksets)
+        # and before that, the candidate answered ahead of the baseline (autoresearch.task_tier's lookahead)
+        ahead = sum(sum(needs[t.name]) * _answered_ahead(design, p.tasks, t.walks, first(p.tasks, t.name)) * p.task_s
+                    for t, p in zip(r.tasksets, plans, strict=True)) if judging else 0.0
         launched = judged if scope == "finalists" else 0  # in its trial, a candidate's server is already up
-        return answers + calls + (launched + relaunches) * r.launch_s
+        return answers + ahead + calls + (launched + relaunches) * r.launch_s
 
     # the baseline's own answers, in its first launch: one call per taskset
-    baseline_s += sum(first(t.tasks or _UNKNOWN_TASKS) * t.task_s + t.call_s for t in r.tasksets)
+    baseline_s += sum(first(t.tasks or _UNKNOWN_TASKS, t.name) * t.task_s + t.call_s for t in r.tasksets)
     if scope == "finalists":
         judged = finalists
         judgment_s = judgment_cost(judged)
@@ -416,6 +424,18 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
                     judgments=judged if judging else 0, judgment_s=judgment_s if judging else 0.0,
                     finalists_s=finalists_s, tasksets=tuple(plans), claimed_power=policy.power,
                     problems=tuple(problems), advice=tuple(advice), judging=judging, walk_basis=basis)
+
+
+def _answered_ahead(design: SequentialDesign, n_tasks: int, walks: Sequence[int], answered: int) -> float:
+    """Tasks a candidate answers past its walk when the walk outruns the baseline's `answered`: it answers on
+    to `answered` + the lookahead (a lossless change's expected walk at the design's discordance) before the
+    baseline is launched, and its walk takes E[W - answered | W > answered] of them."""
+    survival = walk_survival(design, n_tasks, walks=walks)
+    if answered >= n_tasks or survival[answered] <= 0:
+        return 0.0
+    overshoot = sum(survival[answered:]) / survival[answered]
+    lookahead = min(math.ceil(expected_walk(design, n_tasks)), n_tasks - answered)
+    return max(lookahead - overshoot, 0.0)
 
 
 def _walk_basis(rates: Rates, design: SequentialDesign, plans: Sequence[TasksetPlan]) -> str:

@@ -84,15 +84,17 @@ def study_rates(study: optuna.Study, db: ResultsDB, suite: SuiteSpec, fallback: 
     judgments = task_judgments(study, db, baseline, runs)
     rates = measured_rates(trials, runs + [j["payload"] for j in judgments if not j["extended"]], suite,
                            fallback=fallback)
-    if not judgments:
-        return rates
+    answered = {t["name"]: t["tasks"] for run in runs for t in run.get("tasksets") or []}
+    for j in judgments:
+        answered.update(j["payload"].get("baseline_answered") or {})
     walks: dict[str, list[int]] = {}
     for j in judgments:
         for name, used in j["walks"].items():
             walks.setdefault(name, []).append(int(used))
-    return dataclasses.replace(rates, source=rates.source + f"; walks of {len(judgments)} judged candidate(s)",
-                               tasksets=tuple(dataclasses.replace(t, walks=tuple(walks.get(t.name, ())))
-                                              for t in rates.tasksets))
+    source = rates.source + (f"; walks of {len(judgments)} judged candidate(s)" if judgments else "")
+    return dataclasses.replace(rates, source=source, tasksets=tuple(
+        dataclasses.replace(t, walks=tuple(walks.get(t.name, ())), answered=answered.get(t.name, 0))
+        for t in rates.tasksets))
 
 
 def task_judgments(study: optuna.Study, db: ResultsDB, baseline: int | None, baseline_runs: list[dict]) -> list[dict]:

@@ -50,7 +50,7 @@ print("stage      predicted_s  measured_median_s  n  within_25%")
 for stage, predicted in (plan.get("stage_s") or {}).items():
     values = measured.get(stage) or []
     m = statistics.median(values) if values else None
-    ok = "-" if m is None else ("yes" if abs(m - predicted) <= 0.25 * predicted else "NO")
+    ok = "-" if m is None else ("yes" if abs(m - predicted) <= 0.25 * m else "NO")  # within 25% of the measured
     print(f"{stage:10} {predicted:11.1f}  {m if m is not None else float('nan'):17.1f}  {len(values)}  {ok}")
 db = sqlite3.connect(sys.argv[1])
 rows = db.execute("SELECT candidate_label, passed, failed_stage, candidate_suite_run_id, evidence FROM eval_decisions "

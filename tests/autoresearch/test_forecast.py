@@ -84,7 +84,8 @@ def test_plan_arithmetic_finalists_scope():
     p = baseline_relaunches(survival, 2, 0)
     assert p[0] == pytest.approx(1.0) and 0.4 < p[1] < 0.5  # a strict record: below 1/2 by the walks' ties
     relaunches = 1 + (1 - (1 - p[1]) ** 2)
-    assert f.judgment_s == pytest.approx(2 * (2 * walk + longest) * task_s + (2 + relaunches) * 60)
+    ahead = sum(p) * (math.ceil(walk) - walk)  # answered ahead by the lookahead, the expected walk rounded up
+    assert f.judgment_s == pytest.approx(2 * (2 * walk + longest + ahead) * task_s + (2 + relaunches) * 60)
     assert f.trials == int((8 * 3600 - f.baseline_s - f.finalists_s - f.judgment_s) // 180)
     assert f.total_s <= 8 * 3600 and f.fits and f.problems == ()
     assert [t.power for t in f.tasksets] == [pytest.approx(design.power_at(600))] * 2
@@ -266,12 +267,20 @@ def test_the_plan_takes_the_walks_judged_candidates_took_and_charges_the_baselin
     assert f.judgment_s == pytest.approx(2 * 2 * quiet * task_s + 2 * 60)  # the two finalists' launches only
     assert "as this study's judged candidates walked (2 judged)" in f.text()
     # half the walks 40 tasks longer on one taskset: of two judged, the longer one outruns the baseline's answers
-    # with P 1 - 1/4, by 40 tasks; judgment k relaunches it with P 1/2 ** k
+    # with P 1 - 1/4, by 40 tasks; judgment k relaunches it with P 1/2 ** k, after its candidate answered
+    # ahead to the lookahead (the design's expected walk past the baseline's answers), 40 of them in its walk
     g = plan_night(walked((quiet, quiet + 40)), policy=policy, hours=8, finalists=2, finalist_launches=1,
                    baseline_first=quiet)
     assert g.tasksets[0].walk_tasks == pytest.approx(quiet + 20)
     assert g.tasksets[0].baseline_tasks == pytest.approx(quiet + 40 * 0.75)
-    assert g.judgment_s == pytest.approx((2 * (quiet + 20) + 30) * task_s + 2 * quiet * task_s + (2 + 0.75) * 60)
+    ahead = 0.75 * (math.ceil(expected_walk(policy.design(2), 600)) - 40)
+    assert g.judgment_s == pytest.approx((2 * (quiet + 20) + 30 + ahead) * task_s + 2 * quiet * task_s
+                                         + (2 + 0.75) * 60)
+    # once the baseline has answered as far as the longest walk seen, later walks like these need none of it
+    caught_up = dataclasses.replace(walked((quiet, quiet + 40)), tasksets=tuple(
+        dataclasses.replace(t, answered=quiet + 40) for t in walked((quiet, quiet + 40)).tasksets))
+    h = plan_night(caught_up, policy=policy, hours=8, finalists=2, finalist_launches=1, baseline_first=quiet)
+    assert h.judgment_s == pytest.approx(2 * (quiet + 20) * task_s + 2 * quiet * task_s + 2 * 60)
 
 
 def test_a_stored_study_plans_with_its_judged_walks_and_the_calls_of_judgments_that_did_not_relaunch_the_baseline(
@@ -310,3 +319,4 @@ def test_a_stored_study_plans_with_its_judged_walks_and_the_calls_of_judgments_t
     assert [t.task_s for t in rates.tasksets] == [pytest.approx((8.0 + 4.0) / 16)] * 2
     assert [t.call_s for t in rates.tasksets] == [pytest.approx((30.0 + 10.0) / 2)] * 2
     assert (rates.launch_s, rates.bench_s, rates.fidelity_s) == (10.0, 8.0, 4.0)
+    assert [t.answered for t in rates.tasksets] == [12, 8]  # the baseline's answers so far, for later walks

@@ -26,6 +26,7 @@ from pathlib import Path
 import optuna
 import yaml
 
+from autoresearch.change_costs import MINIMIZATION_ATTR
 from autoresearch.export import _is_hybrid
 from autoresearch.request_time import RequestMix
 from autoresearch.tabbyapi import expressible_subset, to_tabbyapi
@@ -108,11 +109,15 @@ def prepare(work: Path, db: str, name: str, model: Path, port: int) -> int:
     champion = ServingConfig.from_json((work / "champion.json").read_text())
     hybrid = _is_hybrid(study)
     export = to_tabbyapi(champion, model_path=model, hybrid=hybrid)
-    if strip(export.config) != strip(tree):  # the two exports must be one champion
-        raise SystemExit(f"champion.json is not the champion of tabby-export/config.yml:\n  {export.config}\n  {tree}")
+    # what TabbyAPI runs: the champion's expressible subset, or the one the minimization measured faster
+    stored = ((study.user_attrs.get(MINIMIZATION_ATTR) or {}).get("extra") or {}).get("tabbyapi_subset") or {}
+    subsets = [expressible_subset(champion, hybrid=hybrid)] + \
+        ([ServingConfig.from_dict(stored["config"])] if stored.get("config") else [])
+    subset = next((c for c in subsets if strip(to_tabbyapi(c, model_path=model, hybrid=hybrid).config) == strip(tree)),
+                  None)
+    if subset is None:  # the two exports must be one champion
+        raise SystemExit(f"tabby-export/config.yml is no subset of champion.json's champion:\n  {export.config}\n  {tree}")
     if not export.equivalent:  # what TabbyAPI runs, on this project's server: the servers compared on one config
-        subset = expressible_subset(champion, hybrid=hybrid)
-        assert strip(to_tabbyapi(subset, model_path=model, hybrid=hybrid).config) == strip(tree)
         (work / "subset.json").write_text(subset.to_json() + "\n")
     plan = BenchPlan.from_dict(study.user_attrs["bench_plan"])
     args = bench_args(plan, os.environ.get("WORKLOAD"))

@@ -9,6 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
 
@@ -100,3 +101,28 @@ def test_a_side_without_a_measured_launch_gets_no_ratio(tmp_path):
     summary = module.summarize(MIX, {"tabby": [], "ours": [module.BenchResult.from_dict(
         json.loads((tmp_path / "bench-ours-0.json").read_text()))]})
     assert summary["ratios"] == {} and "NOT MEASURED" in module.render(summary)
+
+
+def test_prepare_runs_the_subset_the_minimization_measured_faster_on_our_server_too(work, tmp_path):
+    """When the confirmed champion's expressible subset was measured faster than the minimal champion's, export
+    writes it for TabbyAPI while champion.json stays the minimal champion: the subset arm runs the same config."""
+    from autoresearch.change_costs import MINIMIZATION_ATTR
+    from autoresearch.tabbyapi import expressible_subset
+    from serving.config import ServingConfig
+
+    url = f"sqlite:///{work / 'results.db'}"
+    study = optuna.load_study(study_name="lever-study", storage=url)
+    attrs = dict(study.user_attrs[MINIMIZATION_ATTR])
+    full = expressible_subset(ServingConfig.from_dict(study.user_attrs["champion"]["config"]), hybrid=False)
+    cost = {"request": [0.95, 0.9, 1.0], "decode": [0.9, 0.85, 0.95], "prefill": [1.0, 0.9, 1.1], "verdict": "same",
+            "launches": 2}
+    attrs["extra"] = {**attrs["extra"], "tabbyapi_subset": {"of": "champion", "digest": full.digest,
+                                                            "config": full.to_dict(), "cost": cost, "tried": []}}
+    study.set_user_attr(MINIMIZATION_ATTR, attrs)
+    assert main(["export", "--study", "lever-study", "--storage", url, "--format", "tabbyapi",
+                 "--out", str(work / "tabby-export")]) == 0
+    assert _module().prepare(work, str(work / "results.db"), "lever-study", MODEL, 18731) == 0
+    assert yaml.safe_load((work / "tabby-config.yml").read_text())["model"]["chunk_size"] == 16384
+    assert ServingConfig.from_json((work / "subset.json").read_text()).digest == full.digest
+    champion = ServingConfig.from_json((work / "champion.json").read_text())
+    assert champion.args.hybrid_draft_tokens == 4 and champion.args.max_chunk_size == 2048  # still the minimal one

@@ -202,7 +202,8 @@ def walk_survival(design: SequentialDesign, n_tasks: int, discordance: float | N
                   walks: Sequence[int] = ()) -> tuple[float, ...]:
     """P(a judged candidate's walk runs past t tasks), t = 0..n_tasks: the measured walks' share where some
     were measured (a study's own candidates), else the sequential test's exact curve for a lossless change
-    at `discordance` (the design's planned one by default)."""
+    at `discordance` (the design's planned one by default). Measured walks have no tail past the longest
+    seen: over many judgments the plan's longest walk, what the baseline answers, is then a floor."""
     if walks:
         return tuple(sum(w > t for w in walks) / len(walks) for t in range(n_tasks + 1))
     d = design.planned_discordance if discordance is None else discordance

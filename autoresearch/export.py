@@ -128,8 +128,9 @@ def _not_expressed(export: TabbyExport, config: ServingConfig, minimization: Min
                          f"time {signed_change(c.request, time=True)}, decode {signed_change(c.decode)}, prefill "
                          f"{signed_change(c.prefill)}.")
     elif measured.get("digest"):
-        lines.append(f"Its speed has not been measured: the minimization measured the subset of the minimal champion "
-                     f"(`{measured['digest'][:12]}`), which export writes without --full-champion once it passed the gate.")
+        lines.append(f"Its speed has not been measured: the minimization measured the subset of the "
+                     f"{measured.get('of', 'minimal')} champion (`{measured['digest'][:12]}`), which export writes "
+                     "without --full-champion once it passed the gate.")
     else:
         lines.append("Its speed has not been measured: the minimization measures it when the minimal champion has "
                      "settings TabbyAPI cannot express.")

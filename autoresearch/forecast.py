@@ -41,8 +41,8 @@ from eval.decision import TaskPolicy
 from eval.sequential import SequentialDesign
 from eval.suites import SuiteSpec
 
-__all__ = ["SCOPES", "Forecast", "Rates", "TasksetRates", "expected_longest_walk", "expected_walk",
-           "measured_rates", "plan_night", "stated_rates"]
+__all__ = ["SCOPES", "Forecast", "Rates", "TasksetRates", "baseline_relaunches", "expected_longest_walk",
+           "expected_walk", "lookahead", "measured_rates", "plan_night", "quiet_walk", "stated_rates", "walk_survival"]
 
 SCOPES = ("finalists", "every")
 _UNKNOWN_TASKS = 600  # a taskset whose size is known only after a run is planned at the offline suite's size
@@ -223,6 +223,18 @@ def expected_longest_walk(design: SequentialDesign, n_tasks: int, walks: int, di
     return _longest(walk_survival(design, n_tasks, discordance), walks)
 
 
+def quiet_walk(design: SequentialDesign, n_tasks: int) -> int:
+    """How far the walk of a candidate that flips no task runs: to the futility stop (all of n_tasks if
+    none comes first). On a lossless change this is the common walk, and no walk that loses a task is shorter."""
+    return design.walk(["tie"] * n_tasks).tasks_used
+
+
+def lookahead(design: SequentialDesign, n_tasks: int) -> int:
+    """How far a judged candidate answers ahead of the baseline's answers before the baseline is launched to
+    answer on (autoresearch.task_tier): a lossless change's expected walk."""
+    return math.ceil(expected_walk(design, n_tasks))
+
+
 def _longest(survival: Sequence[float], walks: int, first: int = 0) -> float:
     """E[max(longest of `walks` walks - first, 0)]: what the lazy baseline answers past its first answers."""
     if walks <= 0:
@@ -360,11 +372,13 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
     def first(n: int, name: str = "") -> int:  # what the baseline has answered before a judgment needs more
         return min(max(baseline_first, answered.get(name, 0)), n) if judging else n
 
+    survivals = {t.name: walk_survival(design, t.tasks or _UNKNOWN_TASKS, walks=t.walks) for t in r.tasksets}
+
     def tasksets_for(judged: int) -> list[TasksetPlan]:
         out = []
         for t in r.tasksets:
             n = t.tasks or _UNKNOWN_TASKS
-            survival = walk_survival(design, n, walks=t.walks)
+            survival = survivals[t.name]
             walk = sum(survival) if judging else n
             baseline = first(n, t.name) + _longest(survival, judged, first(n, t.name)) if judging else n
             out.append(TasksetPlan(name=t.name, tasks=n, tasks_known=t.tasks is not None,
@@ -378,14 +392,13 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
         answers = sum((judged * p.walk_tasks + p.baseline_tasks - first(p.tasks, p.name)) * p.task_s for p in plans)
         # The lazy baseline answers on only when a walk outruns its first answers and every earlier walk: a
         # call per taskset that needs it, and a relaunch when any does (tasksets taken as independent).
-        needs = {t.name: baseline_relaunches(walk_survival(design, p.tasks, walks=t.walks), judged,
-                                             first(p.tasks, t.name))
-                 if judging else [0.0] * judged for t, p in zip(r.tasksets, plans, strict=True)}
+        needs = {p.name: baseline_relaunches(survivals[p.name], judged, first(p.tasks, p.name))
+                 if judging else [0.0] * judged for p in plans}
         relaunches = sum(1.0 - math.prod(1.0 - needs[t.name][k] for t in r.tasksets) for k in range(judged))
         calls = sum((judged + sum(needs[t.name])) * t.call_s for t in r.tasksets)
         # and before that, the candidate answered ahead of the baseline (autoresearch.task_tier's lookahead)
-        ahead = sum(sum(needs[t.name]) * _answered_ahead(design, p.tasks, t.walks, first(p.tasks, t.name)) * p.task_s
-                    for t, p in zip(r.tasksets, plans, strict=True)) if judging else 0.0
+        ahead = sum(sum(needs[p.name]) * _answered_ahead(design, survivals[p.name], first(p.tasks, p.name)) * p.task_s
+                    for p in plans) if judging else 0.0
         launched = judged if scope == "finalists" else 0  # in its trial, a candidate's server is already up
         return answers + ahead + calls + (launched + relaunches) * r.launch_s
 
@@ -427,16 +440,15 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
                     problems=tuple(problems), advice=tuple(advice), judging=judging, walk_basis=basis)
 
 
-def _answered_ahead(design: SequentialDesign, n_tasks: int, walks: Sequence[int], answered: int) -> float:
+def _answered_ahead(design: SequentialDesign, survival: Sequence[float], answered: int) -> float:
     """Tasks a candidate answers past its walk when the walk outruns the baseline's `answered`: it answers on
-    to `answered` + the lookahead (a lossless change's expected walk at the design's discordance) before the
-    baseline is launched, and its walk takes E[W - answered | W > answered] of them."""
-    survival = walk_survival(design, n_tasks, walks=walks)
+    to `answered` + the lookahead before the baseline is launched, and its walk takes
+    E[W - answered | W > answered] of them. `survival`: walk_survival's, over the taskset's n tasks."""
+    n_tasks = len(survival) - 1
     if answered >= n_tasks or survival[answered] <= 0:
         return 0.0
     overshoot = sum(survival[answered:]) / survival[answered]
-    lookahead = min(math.ceil(expected_walk(design, n_tasks)), n_tasks - answered)
-    return max(lookahead - overshoot, 0.0)
+    return max(min(lookahead(design, n_tasks), n_tasks - answered) - overshoot, 0.0)
 
 
 def _walk_basis(rates: Rates, design: SequentialDesign, plans: Sequence[TasksetPlan]) -> str:
@@ -444,7 +456,7 @@ def _walk_basis(rates: Rates, design: SequentialDesign, plans: Sequence[TasksetP
     measured = [len(t.walks) for t in rates.tasksets if t.walks]
     if measured:
         return f"as this study's judged candidates walked ({max(measured)} judged)"
-    quiet = min((design.walk(["tie"] * p.tasks).tasks_used for p in plans), default=0)
+    quiet = min((quiet_walk(design, p.tasks) for p in plans), default=0)
     return (f"at the design's planned discordance ({design.planned_discordance:.0%} of tasks flipped) until a "
             f"candidate is judged; a change that flips none walks {quiet}")
 

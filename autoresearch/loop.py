@@ -31,7 +31,7 @@ from eval import EvalStore
 from search_space import SpaceContext, build_space, read_model_info
 from search_space.errors import SpaceError
 
-__all__ = ["best_line", "counted_trials", "run"]
+__all__ = ["best_line", "counted_trials", "replan_after", "run"]
 
 log = logging.getLogger(__name__)
 _COUNTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -67,6 +67,17 @@ def _speedups(champion) -> str:
         return f"speed-up {champion.speedup:.3f}x (geometric mean of decode and prefill)"
     return (f"request time {champion.speedup:.3f}x faster (decode {champion.decode_speedup:.3f}x, prefill "
             f"{champion.prefill_speedup:.3f}x)")
+
+
+def replan_after(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> str | None:
+    """When a finished trial makes the night plan worth printing again, and why: the baseline's measured rates
+    replace the stated or assumed ones; the first judgment's walks replace the design's."""
+    if trial.user_attrs.get("role") == "baseline" and trial.state == optuna.trial.TrialState.COMPLETE:
+        return "night plan once the baseline measured its rates"
+    if trial.user_attrs.get("task_tier") == JUDGED and sum(
+            t.user_attrs.get("task_tier") == JUDGED for t in study.get_trials(deepcopy=False)) == 1:
+        return "night plan once a candidate was judged"
+    return None
 
 
 def _task_judge(study: optuna.Study, runner: TrialRunner, progress: Progress):
@@ -114,11 +125,9 @@ def _run(plan: RunPlan, space) -> int:
 
         def after_trial(study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
             progress.trial_finished(counted_trials(study), best_line(study))
-            if _trial.user_attrs.get("role") == "baseline" and _trial.state == optuna.trial.TrialState.COMPLETE:
-                night("night plan once the baseline measured its rates", measured=True)
-            elif _trial.user_attrs.get("task_tier") == JUDGED and sum(
-                    t.user_attrs.get("task_tier") == JUDGED for t in study.get_trials(deepcopy=False)) == 1:
-                night("night plan once a candidate was judged (its walks replace the design's)", measured=True)
+            when = replan_after(study, _trial)
+            if when:
+                night(when, measured=True)
             write_report(plan, study, db, store)
 
         callbacks = [after_trial]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+from collections.abc import Sequence
 
 import optuna
 
@@ -21,7 +22,7 @@ from eval.store import EvalStore
 from eval.suites import SuiteSpec
 
 __all__ = ["PLAN_KEY", "add_rate_arguments", "announce", "announce_plan", "assumed_rates", "forecast_for",
-           "plan_command", "rates_from_args", "stated_from_args", "study_rates", "task_judgments"]
+           "plan_command", "rates_at", "rates_from_args", "stated_from_args", "study_rates", "task_judgments"]
 
 log = logging.getLogger(__name__)
 PLAN_KEY = "night_plan"
@@ -73,20 +74,23 @@ def rates_from_args(args: argparse.Namespace, suite: SuiteSpec) -> Rates:
 
 
 def study_rates(study: optuna.Study, db: ResultsDB, suite: SuiteSpec, fallback: Rates) -> Rates:
-    """The rates this study has measured so far: every trial's stage times, the answering calls of the baseline
-    and of the judgments that did not make it answer on (a call's start and its answers, alike on both sides),
-    and the walks of the candidates the task tier judged."""
+    """The rates this study has measured so far (rates_at, on all of it)."""
     trials = study.get_trials(deepcopy=False)
     baseline = next((t.number for t in trials if t.user_attrs.get("role") == "baseline"
                      and t.state == optuna.trial.TrialState.COMPLETE), None)
     runs = [r["payload"] for r in db.measurements(study=study.study_name, kind="suite", trial=baseline)] \
         if baseline is not None else []
-    judgments = task_judgments(study, db, baseline, runs)
+    return rates_at(trials, runs, task_judgments(study, db, baseline, runs), suite, fallback)
+
+
+def rates_at(trials: Sequence, runs: list[dict], judgments: list[dict], suite: SuiteSpec, fallback: Rates) -> Rates:
+    """The rates measured by `trials`, the baseline's suite `runs` and the task tier's `judgments` (task_judgments,
+    in order): every trial's stage times, the answering calls of the baseline and of the judgments that did not
+    make it answer on (a call's start and its answers, alike on both sides), the walks of the judged candidates
+    and how far the baseline has answered. A study's state at any point is a prefix of its records."""
     rates = measured_rates(trials, runs + [j["payload"] for j in judgments if not j["extended"]], suite,
                            fallback=fallback)
-    answered = {t["name"]: t["tasks"] for run in runs for t in run.get("tasksets") or []}
-    for j in judgments:
-        answered.update(j["payload"].get("baseline_answered") or {})
+    answered = judgments[-1]["answered"] if judgments else _answered(runs)
     walks: dict[str, list[int]] = {}
     for j in judgments:
         for name, used in j["walks"].items():
@@ -97,11 +101,17 @@ def study_rates(study: optuna.Study, db: ResultsDB, suite: SuiteSpec, fallback: 
         for t in rates.tasksets))
 
 
+def _answered(runs: list[dict]) -> dict[str, int]:
+    """Tasks per taskset in the baseline's own suite runs."""
+    return {t["name"]: t["tasks"] for run in runs for t in run.get("tasksets") or []}
+
+
 def task_judgments(study: optuna.Study, db: ResultsDB, baseline: int | None, baseline_runs: list[dict]) -> list[dict]:
     """The task tier's judgments in order: each one's suite record ("payload"), its walks (stored with it, or
-    for records stored before walks were, in its gate decision's evidence) and whether it made the baseline
-    answer on ("extended": its elapsed time then holds a relaunch and the baseline's calls)."""
-    answered = {t["name"]: t["tasks"] for run in baseline_runs for t in run.get("tasksets") or []}
+    for records stored before walks were, in its gate decision's evidence), how far the baseline had answered
+    after it ("answered"), and whether it made the baseline answer on ("extended": its elapsed time then
+    holds a relaunch and the baseline's calls)."""
+    answered = _answered(baseline_runs)
     decisions, out = None, []
     for record in db.measurements(study=study.study_name, kind="suite"):
         payload = record["payload"]
@@ -114,8 +124,9 @@ def task_judgments(study: optuna.Study, db: ResultsDB, baseline: int | None, bas
             evidence = (decisions.get(payload.get("suite_run_id")) or {}).get("evidence") or {}
             walks = {v["name"]: v["tasks_used"] for v in evidence.get("tasksets") or []}
         now = payload.get("baseline_answered") or {}
-        out.append({"payload": payload, "walks": walks, "extended": not answered or now != answered})
-        answered = now or answered
+        extended = not answered or now != answered
+        answered = {**answered, **now}
+        out.append({"payload": payload, "walks": walks, "answered": answered, "extended": extended})
     return out
 
 

@@ -37,13 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch.errors import BaselineUnmeasured
-from autoresearch.forecast import expected_walk
+from autoresearch.forecast import lookahead, quiet_walk
 from eval.decision import TaskPolicy, TasksetVerdict, baseline_problems, compare_taskset
 from eval.records import EpisodeOutcome, SuiteResult, TasksetResult
 from eval.suites import SuiteSpec, TasksetSpec
 from eval.traces import TraceTail, summarize_episodes
 
-__all__ = ["Answer", "Answers", "Judgment", "TaskTier", "first_answers", "first_walk", "quiet_walk"]
+__all__ = ["Answer", "Answers", "Judgment", "TaskTier", "first_answers", "first_walk"]
 
 log = logging.getLogger(__name__)
 StopRule = Callable[[list[EpisodeOutcome]], str | None]
@@ -61,12 +61,6 @@ def first_walk(policy: TaskPolicy, tasksets: int) -> int:
     return max(min(reject, accept), 1)
 
 
-def quiet_walk(policy: TaskPolicy, tasksets: int, n_tasks: int) -> int:
-    """How far the walk of a candidate that flips no task runs: to the futility stop (all of n_tasks if
-    none comes first). On a lossless change this is the common walk, and no walk that loses a task is shorter."""
-    return policy.design(tasksets).walk(["tie"] * n_tasks).tasks_used
-
-
 def first_answers(policy: TaskPolicy, suite: SuiteSpec) -> int:
     """What the baseline answers in its own trial: at least the fewest tasks any walk decides in, a full
     batch of the suite's requests in flight (they cost about one request's wall time, and give the plan a
@@ -76,8 +70,8 @@ def first_answers(policy: TaskPolicy, suite: SuiteSpec) -> int:
     n = len(suite.tasksets)
     design = policy.design(n)
     sizes = [spec.planned_tasks or 600 for spec in suite.tasksets]
-    expected = min(math.ceil(expected_walk(design, size)) for size in sizes)
-    quiet = min(quiet_walk(policy, n, size) for size in sizes)
+    expected = min(lookahead(design, size) for size in sizes)
+    quiet = min(quiet_walk(design, size) for size in sizes)
     return max(first_walk(policy, n), min(expected, max(suite.max_concurrent, quiet)))
 
 
@@ -177,8 +171,7 @@ class TaskTier:
         self.answer = answer
         self.baseline = {spec.name: Answers(baseline_dir, spec) for spec in suite.tasksets}
         design = policy.design(len(suite.tasksets))
-        self.lookahead = {spec.name: math.ceil(expected_walk(design, spec.planned_tasks or 600))
-                          for spec in suite.tasksets}
+        self.lookahead = {spec.name: lookahead(design, spec.planned_tasks or 600) for spec in suite.tasksets}
 
     # ---- the baseline's own trial ----
 

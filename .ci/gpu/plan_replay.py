@@ -10,8 +10,7 @@ import sys
 import optuna
 
 from autoresearch.db import ResultsDB
-from autoresearch.forecast import measured_rates
-from autoresearch.night import assumed_rates, forecast_for, task_judgments
+from autoresearch.night import assumed_rates, forecast_for, rates_at, task_judgments
 from autoresearch.task_tier import first_answers
 from eval.decision import TaskPolicy
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
@@ -25,28 +24,18 @@ trials = study.get_trials()
 base = next(t for t in trials if t.user_attrs.get("role") == "baseline")
 runs = [r["payload"] for r in db.measurements(study=study.study_name, kind="suite", trial=base.number)]
 judged = [t for t in trials if t.user_attrs.get("task_tier") == "judged"]
-judgments = task_judgments(study, db, base.number, runs)
-measured = {s: [t.user_attrs["stage_s"][s] for t in trials if t.user_attrs.get("role") == "candidate"
-                and s in (t.user_attrs.get("stage_s") or {})] for s in ("launch", "bench", "fidelity", "tasks")}
+judgments = task_judgments(study, db, base.number, runs)  # in the loop's order: judgment k is judged[k]'s
 for k in range(len(judged)):
-    seen = [base] + [t for t in trials if t.number <= (judged[k - 1].number if k else base.number) and t is not base]
-    done = judgments[:k]  # the loop's order: judgment k belongs to judged[k]
-    rates = measured_rates(seen, runs + [j["payload"] for j in done if not j["extended"]], suite,
-                           fallback=assumed_rates(suite, "exllamav3", {}))
-    answered = {t["name"]: t["tasks"] for run in runs for t in run.get("tasksets") or []}
-    for j in done:
-        answered.update(j["payload"].get("baseline_answered") or {})
-    rates = dataclasses.replace(rates, tasksets=tuple(dataclasses.replace(
-        t, walks=tuple(j["walks"][t.name] for j in done if t.name in j["walks"]), answered=answered.get(t.name, 0))
-        for t in rates.tasksets))
+    last = judged[k - 1].number if k else base.number
+    seen = [t for t in trials if t.number <= last]
+    rates = rates_at(seen, runs, judgments[:k], suite, assumed_rates(suite, "exllamav3", {}))
     f = forecast_for(rates, policy=policy, hours=None, trials=5, finalists=2, finalist_launches=1, scope="every",
                      judging=True, baseline_first=first_answers(policy, suite))
-    later = [t for t in judged[k:]]
-    print(f"== plan with {k} judged (made after trial {seen[-1].number}), predicting trials {[t.number for t in later]}")
+    print(f"== plan with {k} judged (made after trial {last}), predicting trials {[t.number for t in judged[k:]]}")
     print(f.text())
     for stage, predicted in f.stage_s().items():
         vals = [t.user_attrs["stage_s"][stage] for t in trials if t.user_attrs.get("role") == "candidate"
-                and stage in (t.user_attrs.get("stage_s") or {}) and t.number > seen[-1].number]
+                and stage in (t.user_attrs.get("stage_s") or {}) and t.number > last]
         # against the typical later trial (the median; the plan takes its rates as medians too), within 25% of
         # what was measured; the mean beside it, which a first launch of a new kind pulls up
         m = statistics.median(vals) if vals else float("nan")

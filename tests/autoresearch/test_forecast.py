@@ -320,3 +320,21 @@ def test_a_stored_study_plans_with_its_judged_walks_and_the_calls_of_judgments_t
     assert [t.call_s for t in rates.tasksets] == [pytest.approx((30.0 + 10.0) / 2)] * 2
     assert (rates.launch_s, rates.bench_s, rates.fidelity_s) == (10.0, 8.0, 4.0)
     assert [t.answered for t in rates.tasksets] == [12, 8]  # the baseline's answers so far, for later walks
+
+
+def test_the_plan_is_printed_again_after_the_baseline_and_after_the_first_judgment_only():
+    import optuna
+
+    from autoresearch.loop import replan_after
+
+    study = optuna.create_study(directions=["maximize", "maximize"])
+
+    def add(**attrs) -> optuna.trial.FrozenTrial:
+        study.add_trial(optuna.trial.create_trial(values=[1.0, 1.0], user_attrs=attrs))
+        return study.trials[-1]
+
+    assert replan_after(study, add(role="baseline")) == "night plan once the baseline measured its rates"
+    assert replan_after(study, add(role="candidate")) is None  # not judged (fidelity failed, or scope finalists)
+    assert replan_after(study, add(role="candidate", task_tier="pending")) is None
+    assert replan_after(study, add(role="candidate", task_tier="judged")) == "night plan once a candidate was judged"
+    assert replan_after(study, add(role="candidate", task_tier="judged")) is None  # the second judgment: no reprint

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from autoresearch.errors import BaselineUnmeasured
-from autoresearch.forecast import expected_walk
-from autoresearch.task_tier import TaskTier, first_answers, first_walk, quiet_walk
+from autoresearch.forecast import expected_walk, quiet_walk
+from autoresearch.task_tier import TaskTier, first_answers, first_walk
 from eval.decision import TaskPolicy
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
 from eval.traces import TraceTail, summarize_episodes
@@ -140,7 +140,7 @@ def test_the_baseline_answers_a_quiet_walk_and_a_full_batch_first_but_never_past
     design = POLICY.design(2)
     walk = math.ceil(expected_walk(design, 600))
     fewest = first_walk(POLICY, 2)
-    quiet = quiet_walk(POLICY, 2, 600)
+    quiet = quiet_walk(design, 600)
     assert fewest < 8 < quiet < walk  # the offline suite: 8 requests in flight
     assert design.walk(["tie"] * (quiet - 1)).decision == "undecided"  # a candidate flipping nothing stops there
     assert design.walk(["tie"] * quiet).decision == "accepted"

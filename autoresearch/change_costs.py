@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from autoresearch.minimize import Cost, Minimization
 
-__all__ = ["MINIMIZATION_ATTR", "MINIMIZE_KIND", "ChangeCostRow", "ChangeCosts", "read_change_costs", "signed_change"]
+__all__ = ["MINIMIZATION_ATTR", "MINIMIZE_KIND", "ChangeCostRow", "ChangeCosts", "SUBSET_OF", "read_change_costs", "signed_change",
+           "tabbyapi_subsets"]
 
 MINIMIZATION_ATTR = "minimization"
 MINIMIZE_KIND = "minimize_bench"  # ar_measurements' kind for a minimization's launch
@@ -51,6 +52,27 @@ class ChangeCosts:
     minimal_changes: str  # the minimal champion's changes, e.g. "draft_mode=ngram, max_chunk_size=8192"
     minimal_cost: str | None  # the minimal champion's request time against the champion, from its last attempt
     gate: str | None  # the minimal champion's gate verdict, as stored
+    tabbyapi: tuple[str, ...] = ()  # each expressible subset measured for TabbyAPI, with its cost; the exported one said
+
+
+SUBSET_OF = {"minimal": "the minimal champion's", "champion": "the confirmed champion's"}
+
+
+def tabbyapi_subsets(stored: dict | None) -> tuple[str, ...]:
+    """The subsets TabbyAPI can run that the minimization measured (autoresearch.minimal_champion), one line each:
+    whose subset, its digest, its request time, decode and prefill against the champion, and which one export
+    writes (the faster)."""
+    if not stored:
+        return ()
+    tried = stored.get("tried") or ([stored] if stored.get("digest") else [])
+    out = []
+    for t in tried:
+        cost = Cost.from_dict(t["cost"]) if t.get("cost") else None
+        measured = (f"request time {signed_change(cost.request, time=True)}, decode {signed_change(cost.decode)}, "
+                    f"prefill {signed_change(cost.prefill)} ({cost.launches} launches)" if cost else "not measured")
+        chosen = "; `export --format tabbyapi` writes it" if t["digest"] == stored.get("digest") and cost else ""
+        out.append(f"{SUBSET_OF.get(t['of'], t['of'])} subset (`{t['digest'][:12]}`): {measured}{chosen}")
+    return tuple(out)
 
 
 def _row(m: Minimization, name: str) -> ChangeCostRow:
@@ -82,4 +104,5 @@ def read_change_costs(stored: dict | None) -> ChangeCosts | None:
                        launches=m.launches, bound=m.bound, complete=m.complete, attempts=len(m.attempts),
                        minimal_changes=", ".join(kept) or "(none: the baseline)",
                        minimal_cost=signed_change(accepted[-1].cost.request, time=True) if accepted else None,
-                       gate=None if gate is None else f"{'passed' if gate['passed'] else 'failed'}: {gate['reason']}")
+                       gate=None if gate is None else f"{'passed' if gate['passed'] else 'failed'}: {gate['reason']}",
+                       tabbyapi=tabbyapi_subsets(m.extra.get("tabbyapi_subset")))

@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 import yaml
 
-from autoresearch.change_costs import MINIMIZATION_ATTR, signed_change
+from autoresearch.change_costs import MINIMIZATION_ATTR, SUBSET_OF, signed_change
 from autoresearch.db import ResultsDB
 from autoresearch.errors import StudyError
 from autoresearch.finalists import load_champion
@@ -124,7 +124,8 @@ def _not_expressed(export: TabbyExport, config: ServingConfig, minimization: Min
                      f"{signed_change(cost.prefill)}; bench's verdict: {cost.verdict}.")
         for other in (t for t in tried if t["digest"] != subset.digest and t.get("cost")):
             c = Cost.from_dict(other["cost"])
-            lines.append(f"The {other['of']} champion's subset (`{other['digest'][:12]}`), measured alike: request "
+            lines.append(f"{SUBSET_OF.get(other['of'], other['of']).capitalize()} subset (`{other['digest'][:12]}`), "
+                         f"measured alike: request "
                          f"time {signed_change(c.request, time=True)}, decode {signed_change(c.decode)}, prefill "
                          f"{signed_change(c.prefill)}.")
     elif measured.get("digest"):

@@ -46,3 +46,30 @@ def test_a_minimization_stopped_before_its_end_says_what_is_stored_and_how_it_re
 def test_signed_change_reads_time_the_other_way_round():
     assert signed_change((0.8, 0.75, 0.85)) == "-20.0% [-25.0, -15.0]"
     assert signed_change((0.8, 0.75, 0.85), time=True) == "+25.0% [+17.6, +33.3]"
+
+
+def _cost(request: float) -> dict:
+    return {"request": [request, request * 0.95, request * 1.05], "decode": [0.8, 0.78, 0.82],
+            "prefill": [1.0, 0.9, 1.1], "verdict": "slower", "launches": 2}
+
+
+def test_the_subsets_tabbyapi_can_run_are_listed_with_their_costs_and_the_exported_one_named():
+    minimal = {"of": "minimal", "digest": "a" * 64, "config": {}, "cost": _cost(0.8)}
+    champion = {"of": "champion", "digest": "b" * 64, "config": {}, "cost": _cost(0.6)}
+    result = minimize(CHAMPION, BASELINE, ScriptedLaunches(_drafting_matters()), launches=2)
+    stored = result.to_dict() | {"extra": {"tabbyapi_subset": {**minimal, "tried": [minimal, champion]}}}
+    text = render_section("change_costs", read_change_costs(stored))
+    lines = [line for line in text.splitlines() if "subset (`" in line]
+    # the time a request takes is the inverse of the stored rate ratio: 1/0.8 is +25%, 1/0.6 is +66.7%
+    assert lines == ["- the minimal champion's subset (`aaaaaaaaaaaa`): request time +25.0% [+19.0, +31.6], decode "
+                     "-20.0% [-22.0, -18.0], prefill +0.0% [-10.0, +10.0] (2 launches); `export --format tabbyapi` "
+                     "writes it",
+                     "- the confirmed champion's subset (`bbbbbbbbbbbb`): request time +66.7% [+58.7, +75.4], decode "
+                     "-20.0% [-22.0, -18.0], prefill +0.0% [-10.0, +10.0] (2 launches)"]
+    assert "**What TabbyAPI can run of it**" in text
+
+
+def test_no_tabbyapi_lines_where_the_minimal_champion_is_fully_expressible():
+    result = minimize(CHAMPION, BASELINE, ScriptedLaunches(_drafting_matters()), launches=2)
+    text = render_section("change_costs", read_change_costs(result.to_dict()))
+    assert "What TabbyAPI can run" not in text and "subset (`" not in text

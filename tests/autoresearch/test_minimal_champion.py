@@ -154,30 +154,55 @@ def test_minimize_is_on_with_a_model_off_when_asked_and_its_launch_counts_must_b
         make_plan(build_parser().parse_args([*argv, "--minimize-launches", "0"]))
 
 
+LEVERS = Path(__file__).parents[2] / "examples" / "real-0.5b-levers" / "results.db"
+
+
+def _levers(tmp_path) -> tuple[str, optuna.Study, ResultsDB]:
+    shutil.copy(LEVERS, tmp_path / "results.db")
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    return url, optuna.load_study(study_name="lever-study", storage=url), ResultsDB(url)
+
+
+def _champion(study: optuna.Study) -> Champion:
+    stored = study.user_attrs["champion"]
+    return Champion(**{k: stored[k] for k in Champion.__dataclass_fields__ if k in stored})
+
+
+def _as_stored_before_both_subsets(url: str, study: optuna.Study) -> dict:
+    """The levers study as its first minimization call left it (2026-12-03 05:08): the minimal champion's subset
+    alone, stored without "tried", and no launch of the confirmed champion's subset."""
+    import sqlite3
+
+    stored = dict(study.user_attrs[MINIMIZATION_ATTR])
+    subset = stored["extra"]["tabbyapi_subset"]
+    minimal = next(t for t in subset["tried"] if t["of"] == "minimal")
+    stored["extra"] = {**stored["extra"], "tabbyapi_subset": {k: minimal[k] for k in ("digest", "config", "cost")}}
+    study.set_user_attr(MINIMIZATION_ATTR, stored)
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as con:
+        gone = con.execute("delete from ar_measurements where kind = ? and json_extract(payload, '$.label') like "
+                           "'tabbyapi/champion-subset/%'", (KIND,)).rowcount
+    assert gone == 2
+    return stored
+
+
 def test_a_minimization_stored_before_both_subsets_were_measured_replays_and_measures_only_the_missing_one(
         tmp_path, monkeypatch):
-    """The real levers study (examples/real-0.5b-levers): its 30 stored launches replay; the one new thing is the
-    confirmed champion's TabbyAPI subset, in 2 fresh launches (a test double answers them with the study's own
-    stored bench record of the champion); the minimal champion keeps its gate verdict."""
-    from bench import BenchResult
-
-    levers = Path(__file__).parents[2] / "examples" / "real-0.5b-levers" / "results.db"
-    shutil.copy(levers, tmp_path / "results.db")
-    url = f"sqlite:///{tmp_path / 'results.db'}"
+    """The real levers study (examples/real-0.5b-levers) as stored before both subsets were measured: its 30 stored
+    launches replay; the one new thing is the confirmed champion's TabbyAPI subset, in 2 fresh launches (a test
+    double answers them with the study's own stored bench record of the champion); the minimal champion keeps its
+    gate verdict."""
+    url, study, db = _levers(tmp_path)
+    before = _as_stored_before_both_subsets(url, study)
     plan = make_plan(build_parser().parse_args(["export", "--study", "lever-study", "--storage", url,
                                                 "--minimize-max-launches", "30"]))  # the bound it ran under
-    study, db = optuna.load_study(study_name="lever-study", storage=url), ResultsDB(url)
-    before = study.user_attrs[MINIMIZATION_ATTR]
-    assert "tried" not in before["extra"]["tabbyapi_subset"] and before["extra"]["gate"]["passed"]
+    assert before["extra"]["gate"]["passed"]
     rows = db.measurements(study="lever-study", kind=KIND)
     champion_bench = next(r["payload"]["bench"] for r in rows if r["payload"]["label"] == "tabbyapi/champion/0")
     fresh: list[str] = []
     monkeypatch.setattr(_Launcher, "_bench",
                         lambda _self, config, label: fresh.append(label) or BenchResult.from_dict(champion_bench))
-    stored = study.user_attrs["champion"]
-    champion = Champion(**{k: stored[k] for k in Champion.__dataclass_fields__ if k in stored})
 
-    result = minimize_champion(plan, study, db, champion)
+    result = minimize_champion(plan, study, db, _champion(study))
     assert fresh == ["tabbyapi/champion-subset/0", "tabbyapi/champion-subset/1"]
     assert result.kept == ("hybrid_draft_tokens",) and result.launches == before["launches"]
     assert result.extra["gate"] == before["extra"]["gate"]
@@ -187,3 +212,18 @@ def test_a_minimization_stored_before_both_subsets_were_measured_replays_and_mea
     assert replayed["verdict"] == stored_cost["verdict"] == "slower"
     assert replayed["request"] == pytest.approx(stored_cost["request"], rel=1e-9)
     assert subset["of"] == "champion"  # answered with the champion's own record: as fast as the champion
+
+
+def test_the_levers_study_as_measured_on_the_device_needs_no_launch_and_exports_the_minimal_champions_subset(
+        tmp_path, monkeypatch):
+    """The same study after its device call measured the confirmed champion's subset (2026-12-03 06:57): the loop
+    launches nothing, and the minimal champion's subset (exllamav3's defaults, +23.4% request time against the
+    champion) stays the one TabbyAPI gets: the confirmed champion's measured +66.4%."""
+    url, study, db = _levers(tmp_path)
+    plan = make_plan(build_parser().parse_args(["export", "--study", "lever-study", "--storage", url,
+                                                "--minimize-max-launches", "30"]))
+    monkeypatch.setattr(_Launcher, "_bench", lambda *_: pytest.fail("a stored launch was measured again"))
+    subset = minimize_champion(plan, study, db, _champion(study)).extra["tabbyapi_subset"]
+    assert subset["of"] == "minimal" and subset["digest"].startswith("262f35c71d75")
+    costs = {t["of"]: 1 / t["cost"]["request"][0] - 1 for t in subset["tried"]}
+    assert costs == {"minimal": pytest.approx(0.234, abs=5e-4), "champion": pytest.approx(0.664, abs=5e-4)}

@@ -19,6 +19,7 @@ from autoresearch.minimize import Cost, Minimization
 from autoresearch.plan import RunPlan
 from autoresearch.report import write_report
 from autoresearch.request_time import ranking_label
+from autoresearch.study import model_is_hybrid
 from autoresearch.tabbyapi import TabbyExport, expressible_subset, to_tabbyapi
 from eval import EvalStore
 from serving.config import ServingConfig
@@ -74,16 +75,11 @@ def export_champion(plan: RunPlan, out: Path | None, *, fmt: str = "serving", fu
     return 0
 
 
-def _is_hybrid(study: optuna.Study) -> bool:
-    """The model has recurrent state: the baseline trial has the knob that only applies to such models."""
-    return any(t.user_attrs.get("role") == "baseline" and "cache_slots" in t.params for t in study.trials)
-
-
 def _export_tabbyapi(plan: RunPlan, study: optuna.Study, config: ServingConfig, who: str,
                      minimization: Minimization | None, out: Path) -> int:
     if config.engine != "exllamav3":
         raise StudyError(f"study {plan.study_name} ran the {config.engine} engine; TabbyAPI serves exllamav3 checkpoints")
-    hybrid = _is_hybrid(study)
+    hybrid = model_is_hybrid(study)
     export = to_tabbyapi(config, model_path=plan.model.path, hybrid=hybrid)
     out.mkdir(parents=True, exist_ok=True)
     head = f"# {who} of study {plan.study_name}, exported by `python -m autoresearch export --format tabbyapi`\n"

@@ -28,6 +28,7 @@ from autoresearch.minimize import Launch, Minimization, judge, minimize
 from autoresearch.objectives import objectives_from_bench
 from autoresearch.plan import RunPlan
 from autoresearch.request_time import RequestMix
+from autoresearch.study import model_is_hybrid
 from autoresearch.tabbyapi import expressible_subset, to_tabbyapi
 from bench import BenchError, BenchResult
 from openai_client import ClientError
@@ -115,7 +116,7 @@ def minimize_champion(plan: RunPlan, study: optuna.Study, db: ResultsDB, champio
     elif stored and stored.get("champion_digest") == config.digest and "gate" in stored.get("extra", {}) and \
             Minimization.from_dict(stored).minimal.digest == result.minimal.digest:
         extra["gate"] = stored["extra"]["gate"]  # replayed to the same minimal champion: judged once, not again
-    hybrid = any(t.user_attrs.get("role") == "baseline" and "cache_slots" in t.params for t in study.trials)
+    hybrid = model_is_hybrid(study)
     if config.engine == "exllamav3" and not to_tabbyapi(result.minimal, model_path=plan.model.path,
                                                         hybrid=hybrid).equivalent:
         extra["tabbyapi_subset"] = _tabbyapi_subset(config, result.minimal, measure, launches, hybrid=hybrid)

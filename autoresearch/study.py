@@ -22,8 +22,8 @@ from autoresearch.errors import PlanError, StudyError
 from autoresearch.plan import OBJECTIVES, RunPlan, worker_name
 from search_space import SearchSpace, baseline_params
 
-__all__ = ["CONSTRAINTS", "baseline_trial_params", "check_enqueued", "constraints_of", "feasible", "open_study",
-           "params_with", "retry_interrupted", "sampler_seed"]
+__all__ = ["CONSTRAINTS", "baseline_trial_params", "check_enqueued", "constraints_of", "feasible", "model_is_hybrid",
+           "open_study", "params_with", "retry_interrupted", "sampler_seed"]
 
 log = logging.getLogger(__name__)
 # Each <= 0 when satisfied. A trial sets them by name (Optuna's trial.set_constraint): the one record.
@@ -40,6 +40,11 @@ def constraints_of(trial: optuna.trial.FrozenTrial) -> list[float]:
     optuna-dashboard 0.21 draws (its _serializer.py reads trial_system_attrs["constraints"] only)."""
     named = trial.constraints
     return [named.get(k, 0.0) for k in CONSTRAINTS]
+
+
+def model_is_hybrid(study: optuna.Study) -> bool:
+    """The study's model has recurrent state: its baseline trial has the knob that only applies to such models."""
+    return any(t.user_attrs.get("role") == "baseline" and "cache_slots" in t.params for t in study.trials)
 
 
 def feasible(trial: optuna.trial.FrozenTrial) -> bool:

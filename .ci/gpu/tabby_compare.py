@@ -27,8 +27,8 @@ import optuna
 import yaml
 
 from autoresearch.change_costs import MINIMIZATION_ATTR
-from autoresearch.export import _is_hybrid
 from autoresearch.request_time import RequestMix
+from autoresearch.study import model_is_hybrid
 from autoresearch.tabbyapi import expressible_subset, to_tabbyapi
 from bench import BenchPlan, BenchResult
 from serving.config import ServingConfig
@@ -107,7 +107,7 @@ def prepare(work: Path, db: str, name: str, model: Path, port: int) -> int:
     tree = yaml.safe_load((work / "tabby-export" / "config.yml").read_text())
     (work / "tabby-config.yml").write_text(yaml.safe_dump(deploy(tree, model, port), sort_keys=False))
     champion = ServingConfig.from_json((work / "champion.json").read_text())
-    hybrid = _is_hybrid(study)
+    hybrid = model_is_hybrid(study)
     export = to_tabbyapi(champion, model_path=model, hybrid=hybrid)
     # what TabbyAPI runs: the champion's expressible subset, or the one the minimization measured faster
     stored = ((study.user_attrs.get(MINIMIZATION_ATTR) or {}).get("extra") or {}).get("tabbyapi_subset") or {}

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from autoresearch.minimize import Cost, Minimization
 
-__all__ = ["MINIMIZATION_ATTR", "MINIMIZE_KIND", "ChangeCostRow", "ChangeCosts", "SUBSET_OF", "read_change_costs", "signed_change",
-           "tabbyapi_subsets"]
+__all__ = ["MINIMIZATION_ATTR", "MINIMIZE_KIND", "ChangeCostRow", "ChangeCosts", "SUBSET_OF", "cost_text",
+           "read_change_costs", "signed_change", "tabbyapi_subsets", "tried_subsets"]
 
 MINIMIZATION_ATTR = "minimization"
 MINIMIZE_KIND = "minimize_bench"  # ar_measurements' kind for a minimization's launch
@@ -28,6 +28,12 @@ def signed_change(ratio: tuple[float, float, float], *, time: bool = False) -> s
     if time:
         r, lo, hi = 1 / r, 1 / hi, 1 / lo
     return f"{(r - 1) * 100:+.1f}% [{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}]"
+
+
+def cost_text(cost: Cost) -> str:
+    """What a configuration costs against the champion, as RESULTS.md and NOT-EXPRESSED.md say it."""
+    return (f"request time {signed_change(cost.request, time=True)}, decode {signed_change(cost.decode)}, "
+            f"prefill {signed_change(cost.prefill)}")
 
 
 @dataclass(frozen=True)
@@ -58,18 +64,21 @@ class ChangeCosts:
 SUBSET_OF = {"minimal": "the minimal champion's", "champion": "the confirmed champion's"}
 
 
+def tried_subsets(stored: dict | None) -> list[dict]:
+    """The expressible subsets a minimization measured for TabbyAPI (its "tabbyapi_subset" record): each
+    with "of", "digest", "config" and "cost"; a record from before both were measured holds one, itself."""
+    stored = stored or {}
+    return stored.get("tried") or ([stored] if stored.get("digest") else [])
+
+
 def tabbyapi_subsets(stored: dict | None) -> tuple[str, ...]:
     """The subsets TabbyAPI can run that the minimization measured (autoresearch.minimal_champion), one line each:
     whose subset, its digest, its request time, decode and prefill against the champion, and which one export
     writes (the faster)."""
-    if not stored:
-        return ()
-    tried = stored.get("tried") or ([stored] if stored.get("digest") else [])
     out = []
-    for t in tried:
+    for t in tried_subsets(stored):
         cost = Cost.from_dict(t["cost"]) if t.get("cost") else None
-        measured = (f"request time {signed_change(cost.request, time=True)}, decode {signed_change(cost.decode)}, "
-                    f"prefill {signed_change(cost.prefill)} ({cost.launches} launches)" if cost else "not measured")
+        measured = f"{cost_text(cost)} ({cost.launches} launches)" if cost else "not measured"
         chosen = "; `export --format tabbyapi` writes it" if t["digest"] == stored.get("digest") and cost else ""
         out.append(f"{SUBSET_OF.get(t['of'], t['of'])} subset (`{t['digest'][:12]}`): {measured}{chosen}")
     return tuple(out)

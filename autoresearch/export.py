@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 import yaml
 
-from autoresearch.change_costs import MINIMIZATION_ATTR, SUBSET_OF, signed_change
+from autoresearch.change_costs import MINIMIZATION_ATTR, SUBSET_OF, cost_text, signed_change, tried_subsets
 from autoresearch.db import ResultsDB
 from autoresearch.errors import StudyError
 from autoresearch.finalists import load_champion
@@ -110,20 +110,16 @@ def _not_expressed(export: TabbyExport, config: ServingConfig, minimization: Min
         lines.append(f"- `{u.field}={u.value}` -> `{u.tabby_runs}` ({u.why}); {measured}")
     subset = expressible_subset(config, hybrid=hybrid)
     stored = (minimization.extra.get("tabbyapi_subset") or {}) if minimization else {}
-    tried = stored.get("tried") or ([stored] if stored.get("digest") else [])
+    tried = tried_subsets(stored)
     measured = next((t for t in tried if t["digest"] == subset.digest and t.get("cost")), None) or stored
     lines += ["", f"config.yml and exl3.env are the subset TabbyAPI can run (config digest `{subset.digest[:12]}`)."]
     if measured.get("digest") == subset.digest and measured.get("cost"):
         cost = Cost.from_dict(measured["cost"])
-        lines.append(f"Measured against the champion ({cost.launches} fresh launches each, interleaved): request time "
-                     f"{signed_change(cost.request, time=True)}, decode {signed_change(cost.decode)}, prefill "
-                     f"{signed_change(cost.prefill)}; bench's verdict: {cost.verdict}.")
+        lines.append(f"Measured against the champion ({cost.launches} fresh launches each, interleaved): "
+                     f"{cost_text(cost)}; bench's verdict: {cost.verdict}.")
         for other in (t for t in tried if t["digest"] != subset.digest and t.get("cost")):
-            c = Cost.from_dict(other["cost"])
             lines.append(f"{SUBSET_OF.get(other['of'], other['of']).capitalize()} subset (`{other['digest'][:12]}`), "
-                         f"measured alike: request "
-                         f"time {signed_change(c.request, time=True)}, decode {signed_change(c.decode)}, prefill "
-                         f"{signed_change(c.prefill)}.")
+                         f"measured alike: {cost_text(Cost.from_dict(other['cost']))}.")
     elif measured.get("digest"):
         lines.append(f"Its speed has not been measured: the minimization measured the subset of the "
                      f"{measured.get('of', 'minimal')} champion (`{measured['digest'][:12]}`), which export writes "

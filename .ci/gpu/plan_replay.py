@@ -25,12 +25,18 @@ base = next(t for t in trials if t.user_attrs.get("role") == "baseline")
 runs = [r["payload"] for r in db.measurements(study=study.study_name, kind="suite", trial=base.number)]
 judged = [t for t in trials if t.user_attrs.get("task_tier") == "judged"]
 judgments = task_judgments(study, db, base.number, runs)  # in the loop's order: judgment k is judged[k]'s
+
+
+def plan(rates):  # as the loop makes it for task-tier-study.sh's run
+    return forecast_for(rates, policy=policy, hours=None, trials=5, finalists=2, finalist_launches=1, scope="every",
+                        judging=True, baseline_first=first_answers(policy, suite))
+
+
 for k in range(len(judged)):
     last = judged[k - 1].number if k else base.number
     seen = [t for t in trials if t.number <= last]
     rates = rates_at(seen, runs, judgments[:k], suite, assumed_rates(suite, "exllamav3", {}))
-    f = forecast_for(rates, policy=policy, hours=None, trials=5, finalists=2, finalist_launches=1, scope="every",
-                     judging=True, baseline_first=first_answers(policy, suite))
+    f = plan(rates)
     print(f"== plan with {k} judged (made after trial {last}), predicting trials {[t.number for t in judged[k:]]}")
     print(f.text())
     for stage, predicted in f.stage_s().items():
@@ -53,7 +59,6 @@ for k in range(len(judged)):
                      for t in rates.tasksets}
             given = dataclasses.replace(rates, tasksets=tuple(dataclasses.replace(t, walks=later[t.name] or t.walks)
                                                               for t in rates.tasksets))
-            g = forecast_for(given, policy=policy, hours=None, trials=5, finalists=2, finalist_launches=1,
-                             scope="every", judging=True, baseline_first=first_answers(policy, suite)).stage_s()["tasks"]
+            g = plan(given).stage_s()["tasks"]
             print(f"  {'':9} given the later walks ({', '.join(f'{n} {list(w)}' for n, w in later.items())}): "
                   f"predicted {g:.1f}  {'within 25%' if abs(m - g) <= 0.25 * m else 'OFF'}")

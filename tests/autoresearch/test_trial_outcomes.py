@@ -94,7 +94,10 @@ def test_out_of_memory_is_recorded_with_its_reason_and_the_loop_goes_on(tmp_path
     stored.set_user_attr("settings", {**stored.user_attrs["settings"], "--host-memory-limit": 200 * 1024**2})
     study, space, db, runner = _runner(plan)
     before = len(study.get_trials())
-    study.enqueue_trial({**study.get_trials()[0].params, "prefill_chunk_size": 512})
+    # two configurations the study has not run, named: a sampled one may repeat a stored trial (pruned as a
+    # duplicate, never launched), and the sampler's seed includes the worker's pid
+    for chunk in (512, 256):
+        study.enqueue_trial({**study.get_trials()[0].params, "prefill_chunk_size": chunk})
     study.optimize(runner, n_trials=2)  # both candidates fail the same way; the loop keeps going
     new = study.get_trials()[before:]
     assert len(new) == 2 and all(t.state == optuna.trial.TrialState.COMPLETE for t in new)

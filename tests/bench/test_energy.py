@@ -224,3 +224,23 @@ def test_bench_records_counter_joules_for_every_valid_run_of_every_point(monkeyp
         assert r.energy.power_limit_w == 700.0
     assert set(result.energy_headline()) == {"prefill_tok_per_j@512", "decode_tok_per_j@512/math"}
     assert result.power()["power_capped_share"] == 0.0
+
+
+def test_bench_report_shows_tokens_per_joule_the_method_and_the_users_power_limit():
+    from rich.console import Console
+
+    from bench.report import power_line, render, summary_lines
+
+    request = _decode_request()
+    run = dataclasses.replace(request, energy=request_energy(DRIVER.readings(TIMES), request))
+    bench = _bench(_point([run, run]))
+    lines = summary_lines(bench)
+    assert f"decode_tok_per_j@1024/math: {run.decode_tok_per_j:.4f}" in lines
+    assert any(line.startswith("power_capped_share: 0.") for line in lines)
+    text = power_line(bench.power())
+    assert "2 runs by nvml_energy_counter" in text and "enforced power limit 350 W (the user's" in text
+    console = Console(record=True, width=250)
+    render(bench, console)
+    shown = console.export_text()
+    assert "tok/J" in shown and text in shown
+    assert power_line(None) == "Energy: unmeasured (no GPU telemetry)"

@@ -22,6 +22,7 @@ server-timed rate interpolated between bench's prefill points in log-length (hel
 Usage:
     mix = RequestMix.from_bench(baseline_result)           # or RequestMix.from_dict(stored)
     mix.speedup(baseline_result.headline(), candidate_result.headline())   # T(baseline) / T(candidate)
+    mix.energy_j(result.energy_headline())                 # joules per request, the same sum on tokens per joule
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from dataclasses import asdict, dataclass
 from autoresearch.errors import Unmeasured
 from autoresearch.objectives import DECODE_RATE, PREFILL_RATE
 from bench import BenchResult
-from bench.metrics import Metric
+from bench.metrics import DECODE_ENERGY, PREFILL_ENERGY, Metric
 
 __all__ = ["RANKED_BY", "RequestKind", "RequestMix", "median_headline", "prefill_rate_at", "ranking_label"]
 
@@ -112,12 +113,33 @@ class RequestMix:
     def time_s(self, headline: Mapping[str, float]) -> float:
         """The mean request time on rates keyed as BenchResult.headline() keys them. Raises Unmeasured
         when a rate the mix needs is missing."""
-        prefill = {m.tokens: v for k, v in headline.items() if (m := Metric.parse(k)).rate == PREFILL_RATE and v > 0}
-        missing = [k.decode_metric for k in self.kinds if not headline.get(k.decode_metric, 0) > 0]
+        return self._per_request(headline, PREFILL_RATE, DECODE_RATE, "request time")
+
+    def energy_j(self, energy: Mapping[str, float]) -> float:
+        """Joules per request on the workload, on tokens per joule keyed as BenchResult.energy_headline()
+        keys them: the request-time sum with tokens per joule in place of tokens per second,
+
+            E = sum over the requests of weight x (prompt_tokens / prefill_tok_per_j + answer_tokens / decode_tok_per_j)
+
+        the same requests, weights, prompt and answer lengths, and the same log-length interpolation
+        between prefill points. Each point's tokens per joule is the median over its valid runs of the
+        run's tokens over the joules of the interval its rate times (bench.energy), so idle time between
+        runs is in no term. Raises Unmeasured when a point the mix needs has no energy measured."""
+        return self._per_request(energy, PREFILL_ENERGY, DECODE_ENERGY, "energy per request")
+
+    @property
+    def answer_tokens(self) -> float:
+        """The workload's mean answer length: answer tokens per joule = answer_tokens / energy_j."""
+        return sum(k.weight * k.answer_tokens for k in self.kinds)
+
+    def _per_request(self, values: Mapping[str, float], prefill_rate: str, decode_rate: str, what: str) -> float:
+        prefill = {m.tokens: v for k, v in values.items() if (m := Metric.parse(k)).rate == prefill_rate and v > 0}
+        decode = {k: str(Metric.decode(decode_rate, k.context_tokens, k.kind)) for k in self.kinds}
+        missing = [key for key in decode.values() if not values.get(key, 0) > 0]
         if missing or not prefill:
-            raise Unmeasured(f"request time needs {', '.join(missing) or 'a prefill rate'} (not measured)")
+            raise Unmeasured(f"{what} needs {', '.join(missing) or f'a prefill rate ({prefill_rate})'} (not measured)")
         return sum(k.weight * (k.prompt_tokens / prefill_rate_at(k.prompt_tokens, prefill)
-                               + k.answer_tokens / headline[k.decode_metric]) for k in self.kinds)
+                               + k.answer_tokens / values[decode[k]]) for k in self.kinds)
 
     def speedup(self, baseline: Mapping[str, float], candidate: Mapping[str, float]) -> float:
         """T(baseline) / T(candidate): above 1, the candidate answers the workload sooner."""

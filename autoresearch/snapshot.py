@@ -19,6 +19,7 @@ import optuna
 from autoresearch.change_costs import MINIMIZATION_ATTR, MINIMIZE_KIND, ChangeCosts, read_change_costs
 from autoresearch.db import ResultsDB
 from autoresearch.drift import DriftReport, read_drift
+from autoresearch.energy import EnergyReport, read_energy
 from autoresearch.errors import Unmeasured
 from autoresearch.finalists import feasible_front, load_champion
 from autoresearch.objectives import DECODE_RATE, PREFILL_RATE
@@ -219,6 +220,7 @@ class StudySnapshot:
     plot: str | None = None  # the Pareto plot's file name, once drawn
     drift: DriftReport | None = None  # the baseline's readings over the study (autoresearch.drift)
     night_plan: dict | None = None  # the latest night plan (autoresearch.night), as the loop printed it
+    energy: EnergyReport | None = None  # joules per request beside request time (autoresearch.energy)
 
 
 def _gpu_of(details: dict) -> str:
@@ -503,7 +505,9 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
         minimization_launches=0 if study.user_attrs.get(MINIMIZATION_ATTR) else
         len(db.measurements(study=plan.study_name, kind=MINIMIZE_KIND)),
         drift=read_drift(plan, study, db),
-        night_plan=study.user_attrs.get("night_plan"))
+        night_plan=study.user_attrs.get("night_plan"),
+        energy=read_energy(db, plan.study_name, mix, baseline.number if baseline else None, front, finalists.rows,
+                           champion))
 
 
 def with_plot(snapshot: StudySnapshot, name: str | None) -> StudySnapshot:

@@ -37,6 +37,7 @@ from autoresearch.baseline import (
 )
 from autoresearch.db import ResultsDB
 from autoresearch.drift import DriftWatch, conditions
+from autoresearch.energy import record_energy
 from autoresearch.errors import BaselineFailed, Unmeasured
 from autoresearch.judging import JUDGED, PENDING, TierRunner
 from autoresearch.memory import memory_calibration
@@ -132,6 +133,7 @@ def _record_request_time(trial: optuna.Trial, result: BenchResult, baseline: Ben
     rates = objective_rates(result)
     trial.set_user_attr(RATES, rates)
     trial.set_user_attr(REQUEST_SPEEDUP, RequestMix.from_bench(baseline).speedup(objective_rates(baseline), rates))
+    record_energy(trial, result, RequestMix.from_bench(baseline))
 
 
 class TrialRunner:
@@ -348,6 +350,7 @@ class TrialRunner:
         bench, floor = evidence.bench, evidence.fidelity_floor
         trial.set_user_attr(RATES, objective_rates(bench))
         trial.set_user_attr(REQUEST_SPEEDUP, 1.0)
+        record_energy(trial, bench, RequestMix.from_bench(bench))
         save_request_mix(trial.study, RequestMix.from_bench(bench))  # before the evidence: candidates wait on that
         save_baseline(trial.study, evidence)
         self._measure(trial, config, "fidelity", {"measurement_id": floor.measurement_id, "metrics": floor.metrics,

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from bench.corpus import PromptKind
+from bench.energy import request_energy
 from bench.errors import BenchConfigError
 from bench.plan import BenchPlan
 from bench.prompts import Prompt, PromptSource, TokenScale
@@ -413,7 +414,7 @@ class _Session:
             return timed_stream(self.client, spec, body, path)
         with self.monitor.window() as window:
             result = timed_stream(self.client, spec, body, path)
-        return dataclasses.replace(result, gpu=window.result)
+        return dataclasses.replace(result, gpu=window.result, energy=request_energy(window.readings, result))
 
     def _next_serial(self) -> int:
         self._serial += 1

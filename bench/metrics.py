@@ -17,17 +17,22 @@ from typing import Literal
 
 from bench.errors import BenchConfigError
 
-__all__ = ["DECODE_RATES", "PREFILL_RATES", "Metric", "Rate"]
+__all__ = ["DECODE_ENERGY", "DECODE_RATES", "PREFILL_ENERGY", "PREFILL_RATES", "Metric", "Rate"]
 
 Rate = Literal[
     "prefill_tok_per_s_client", "prefill_tok_per_s_server", "decode_tok_per_s_client", "decode_tok_per_s_server",
-    "spec_acceptance", "answer_tokens",
+    "spec_acceptance", "answer_tokens", "prefill_tok_per_j", "decode_tok_per_j",
 ]
 PREFILL_RATES: tuple[Rate, ...] = ("prefill_tok_per_s_client", "prefill_tok_per_s_server")
 DECODE_RATES: tuple[Rate, ...] = ("decode_tok_per_s_client", "decode_tok_per_s_server")
-# measured at decode points beside the rates, never compared as speeds: draft acceptance, and the length
-# of the model's own answers (where they end, by its end of sequence)
-_DECODE_SIDE = (*DECODE_RATES, "spec_acceptance", "answer_tokens")
+# tokens per joule, measured beside the rates and shaped like them (higher is better, one value per run), so
+# bench.stats' noise floor and comparison apply to energy unchanged; never mixed into the speeds
+PREFILL_ENERGY: Rate = "prefill_tok_per_j"
+DECODE_ENERGY: Rate = "decode_tok_per_j"
+_PREFILL_SIDE = (*PREFILL_RATES, PREFILL_ENERGY)
+# measured at decode points beside the rates, never compared as speeds: draft acceptance, the length
+# of the model's own answers (where they end, by its end of sequence), and energy
+_DECODE_SIDE = (*DECODE_RATES, "spec_acceptance", "answer_tokens", DECODE_ENERGY)
 _KEY = re.compile(r"(?P<rate>[a-z_]+)@(?P<tokens>\d+)(?:/(?P<kind>[^@/\s]+))?")
 
 
@@ -42,7 +47,7 @@ class Metric:
 
     def __post_init__(self) -> None:
         decode_side = self.rate in _DECODE_SIDE
-        if self.rate not in (*PREFILL_RATES, *_DECODE_SIDE):
+        if self.rate not in (*_PREFILL_SIDE, *_DECODE_SIDE):
             raise BenchConfigError(f"unknown rate {self.rate!r}")
         if decode_side != (self.kind is not None):
             raise BenchConfigError(f"{self.rate}: a decode-side metric has a prompt kind, a prefill one has none")

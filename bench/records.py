@@ -8,6 +8,7 @@ skips the derived values: a field added to a record is read back with no second 
 Usage:
     result.prefill[0].prefill_tok_per_s_client.median
     result.samples()      # {"decode_tok_per_s_client@1024/math": (70.1, 70.3, ...), ...}
+    result.energy_samples()   # {"decode_tok_per_j@1024/math": (0.31, 0.30, ...), ...}: shaped as samples()
     BenchResult.from_dict(json.loads(path.read_text()))
 """
 
@@ -16,17 +17,18 @@ from __future__ import annotations
 import hashlib
 import json
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from bench.corpus import PromptKind
-from bench.metrics import DECODE_RATES, PREFILL_RATES, Metric, Rate
+from bench.metrics import DECODE_ENERGY, DECODE_RATES, PREFILL_ENERGY, PREFILL_RATES, Metric, Rate
 from bench.runs import RequestResult
 from bench.stats import Summary, drift_rel, summarize
 from openai_client import Api
 from results.jsonable import from_jsonable, to_jsonable
 
-__all__ = ["BenchResult", "DecodePoint", "GpuIdentity", "PrefillPoint", "ServerProfile", "plan_digest"]
+__all__ = ["BenchResult", "DecodePoint", "GpuIdentity", "PrefillPoint", "ServerProfile", "plan_digest", "power_use"]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GpuIdentity:
@@ -66,6 +68,29 @@ def _gpu_dict(runs: tuple[RequestResult, ...]) -> dict[str, Any] | None:
     }
 
 
+def power_use(runs: tuple[RequestResult, ...]) -> dict[str, Any] | None:
+    """How the GPU's energy was measured over these runs, and how much of their time it was power-capped.
+
+    None: no run carried an energy record (no GPU telemetry). `power_capped_share` is the sw_power_cap
+    time over the sampled time; `energy_unmeasured` the reasons of runs whose joules are unknown."""
+    energies = [r.energy for r in runs if r.energy is not None]
+    if not energies:
+        return None
+    sampled = sum(e.sampled_s for e in energies)
+    capped = sum(e.power_capped_s for e in energies)
+    limits = [e.power_limit_w for e in energies if e.power_limit_w is not None]
+    return {
+        "power_limit_w": max(limits) if limits else None,
+        "power_limit_w_min": min(limits) if limits else None,  # below the max: the user changed it meanwhile
+        "sampled_s": round(sampled, 3),
+        "power_capped_s": round(capped, 3),
+        "power_capped_share": capped / sampled if sampled > 0 else None,
+        "energy_methods": dict(Counter(e.method or "unmeasured" for e in energies)),
+        "energy_unmeasured": sorted({e.unmeasured for e in energies if e.unmeasured}),
+        "energy_notes": sorted({e.note for e in energies if e.note}),
+    }
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Point:
     warmups: tuple[RequestResult, ...]
@@ -95,6 +120,7 @@ class _Point:
             "invalid_reasons": list(self.invalid_reasons),
             "prompt_tokens_median": self.prompt_tokens_median,
             "gpu": _gpu_dict(self.runs),
+            "power": power_use(self.valid_runs),
             "warmups": [r.to_dict() for r in self.warmups],
             "runs": [r.to_dict() for r in self.runs],
         }
@@ -127,6 +153,11 @@ class PrefillPoint(_Point):
         return _summary(self._rates("prefill_tok_per_s_server"))
 
     @property
+    def prefill_tok_per_j(self) -> Summary | None:
+        """Uncached prompt tokens per joule of the prefill interval, over the valid runs that measured it."""
+        return _summary(self._rates(PREFILL_ENERGY))
+
+    @property
     def cache_hits(self) -> int:
         return sum(1 for r in self.runs if r.cached_tokens)
 
@@ -136,7 +167,7 @@ class PrefillPoint(_Point):
 
     def to_dict(self) -> dict[str, Any]:
         d = {"key": self.key, "target_tokens": self.target_tokens, "cache_hits": self.cache_hits}
-        for name in ("ttft_s", "prefill_tok_per_s_client", "prefill_tok_per_s_server"):
+        for name in ("ttft_s", "prefill_tok_per_s_client", "prefill_tok_per_s_server", PREFILL_ENERGY):
             s = getattr(self, name)
             d[name] = s.to_dict() if s else None
         d["drift_rel"] = self.drift_rel
@@ -166,6 +197,11 @@ class DecodePoint(_Point):
     @property
     def decode_tok_per_s_server(self) -> Summary | None:
         return _summary(self._rates("decode_tok_per_s_server"))
+
+    @property
+    def decode_tok_per_j(self) -> Summary | None:
+        """Decoded tokens per joule of the decode span, over the valid runs that measured it."""
+        return _summary(self._rates(DECODE_ENERGY))
 
     @property
     def _spec_runs(self) -> tuple[RequestResult, ...]:
@@ -226,7 +262,7 @@ class DecodePoint(_Point):
             "output_tokens": self.output_tokens,
             "answer_tokens_median": self.answer_tokens_median,
         }
-        for name in ("decode_tok_per_s_client", "decode_tok_per_s_server"):
+        for name in ("decode_tok_per_s_client", "decode_tok_per_s_server", DECODE_ENERGY):
             s = getattr(self, name)
             d[name] = s.to_dict() if s else None
         for name in ("spec_drafted_tokens", "spec_accepted_tokens", "spec_acceptance", "spec_accepted_per_token"):
@@ -286,6 +322,24 @@ class BenchResult:
         """Median of every metric, keyed as in samples()."""
         return {k: summarize(v).median for k, v in self.samples().items()}
 
+    def energy_samples(self) -> dict[str, tuple[float, ...]]:
+        """Valid per-run tokens per joule by metric key ("decode_tok_per_j@1024/math"): the same shape as
+        samples(), so stats.noise_floor and stats.compare read energy as they read speed. A point whose
+        valid runs measured no energy is absent (unmeasured), never 0."""
+        out: dict[str, tuple[float, ...]] = {}
+        for point, rate in (*((p, PREFILL_ENERGY) for p in self.prefill), *((d, DECODE_ENERGY) for d in self.decode)):
+            if vals := tuple(point._rates(rate)):
+                out[str(point.metric(rate))] = vals
+        return out
+
+    def energy_headline(self) -> dict[str, float]:
+        """Median tokens per joule of every point, keyed as in energy_samples()."""
+        return {k: summarize(v).median for k, v in self.energy_samples().items()}
+
+    def power(self) -> dict[str, Any] | None:
+        """The valid runs' energy methods, power limit and power-capped share (`power_use`); None: no telemetry."""
+        return power_use(tuple(r for p in (*self.prefill, *self.decode) for r in p.valid_runs))
+
     def acceptance(self) -> dict[str, float]:
         """Pooled draft acceptance of every decode point that drafted, keyed "spec_acceptance@1024/math".
 
@@ -318,6 +372,8 @@ class BenchResult:
             "headline": self.headline(),
             "acceptance": self.acceptance(),
             "answers": self.answers(),
+            "energy": self.energy_headline(),
+            "power": self.power(),
             "probes": [r.to_dict() for r in self.probes],
             "prefill": [p.to_dict() for p in self.prefill],
             "decode": [d.to_dict() for d in self.decode],

@@ -24,6 +24,7 @@ from bench.stats import Comparison, NoiseFloor, Summary
 
 __all__ = [
     "DRIFT_WARNING",
+    "power_line",
     "render",
     "render_comparisons",
     "render_noise_floor",
@@ -45,6 +46,24 @@ def _rate(s: Summary | None) -> str:
 def _runs(point: PrefillPoint | DecodePoint) -> str:
     text = f"{len(point.valid_runs)}/{len(point.runs)}"
     return text if point.settled else text + " cap"
+
+
+def _per_joule(s: Summary | None) -> str:
+    return "-" if s is None else f"{s.median:,.3f}"
+
+
+def power_line(power: dict | None) -> str:
+    """How energy was measured and the power limit the GPU ran under, in one line (the user's limit: bench never sets it)."""
+    if power is None:
+        return "Energy: unmeasured (no GPU telemetry)"
+    methods = ", ".join(f"{n} runs by {m}" for m, n in sorted(power["energy_methods"].items()))
+    share = power["power_capped_share"]
+    limit = power["power_limit_w"]
+    text = (f"Energy: {methods}; enforced power limit {'-' if limit is None else f'{limit:.0f} W'} (the user's, as "
+            f"set: bench never changes it); power-capped (sw_power_cap) {'-' if share is None else f'{share:.0%}'} "
+            "of the measured time")
+    reasons = [*power["energy_unmeasured"], *power["energy_notes"]]
+    return text + (f"; {'; '.join(reasons)}" if reasons else "")
 
 
 def _gpu_cell(point: PrefillPoint | DecodePoint) -> str:
@@ -70,6 +89,7 @@ def render(result: BenchResult, console: Console) -> None:
         console.print(f"GPU {g.index}: {g.name}, driver {g.driver_version}, power limit {g.power_limit_w} W")
     else:
         console.print("GPU: no NVML telemetry on this machine")
+    console.print(power_line(result.power()), markup=False)
     if result.prefill:
         table = Table(title="Prefill (cold TTFT, unique prompts)")
         for col in (
@@ -80,6 +100,7 @@ def render(result: BenchResult, console: Console) -> None:
             "tok/s client",
             "tok/s server",
             "cache hits",
+            "tok/J",
             "GPU",
         ):
             table.add_column(col, justify="right")
@@ -94,6 +115,7 @@ def render(result: BenchResult, console: Console) -> None:
                 _rate(p.prefill_tok_per_s_client),
                 _rate(p.prefill_tok_per_s_server),
                 str(p.cache_hits),
+                _per_joule(p.prefill_tok_per_j),
                 _gpu_cell(p),
             )
         console.print(table)
@@ -109,6 +131,7 @@ def render(result: BenchResult, console: Console) -> None:
             "tok/s client",
             "tok/s server",
             "accepted/drafted",
+            "tok/J",
             "GPU",
         ):
             table.add_column(col, justify="right")
@@ -128,6 +151,7 @@ def render(result: BenchResult, console: Console) -> None:
                 _rate(d.decode_tok_per_s_client),
                 _rate(d.decode_tok_per_s_server),
                 accept,
+                _per_joule(d.decode_tok_per_j),
                 _gpu_cell(d),
             )
         console.print(table)
@@ -153,10 +177,13 @@ def render(result: BenchResult, console: Console) -> None:
 
 def summary_lines(result: BenchResult) -> list[str]:
     """Greppable `metric: median` lines, one per metric, pooled draft acceptance, the model's answer
-    lengths, and the invalid-run count."""
+    lengths, tokens per joule, the power-capped share, and the invalid-run count."""
     lines = [f"{key}: {value:.2f}" for key, value in result.headline().items()]
     lines += [f"{key}: {value:.4f}" for key, value in result.acceptance().items()]
     lines += [f"{key}: {value:.0f}" for key, value in result.answers().items()]
+    lines += [f"{key}: {value:.4f}" for key, value in result.energy_headline().items()]
+    if (power := result.power()) is not None and power["power_capped_share"] is not None:
+        lines.append(f"power_capped_share: {power['power_capped_share']:.4f}")
     lines.append(f"invalid_runs: {result.invalid_runs}")
     return lines
 

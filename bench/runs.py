@@ -1,5 +1,6 @@
 """One timed request, as a record: what it asked for (`RequestSpec`), what the client saw
-(`RequestResult`), the GPU during it (`GpuWindow`), and the project's one decode-rate formula.
+(`RequestResult`), the GPU during it (`GpuWindow`), the energy it drew (`RequestEnergy`, computed by
+bench.energy), and the project's one decode-rate formula.
 
 A failed request is data (ok False plus error). Rates are derived properties, so a stored run can
 always be recomputed; `to_dict()` writes them beside the fields and `from_dict()` skips them.
@@ -18,9 +19,11 @@ from typing import Any, Literal
 from bench.corpus import PromptKind
 from results.jsonable import from_jsonable, to_jsonable
 
-__all__ = ["GpuWindow", "Purpose", "RequestResult", "RequestSpec", "decode_tok_per_s"]
+__all__ = ["EnergyMethod", "GpuWindow", "Purpose", "RequestEnergy", "RequestResult", "RequestSpec", "decode_tok_per_s"]
 
 Purpose = Literal["probe", "warmup", "measure"]
+# how a request's joules were found: NVML's total-energy counter, or its power samples integrated
+EnergyMethod = Literal["nvml_energy_counter", "power_samples"]
 
 
 def decode_tok_per_s(tokens: int | None, itl_s: Sequence[float]) -> float | None:
@@ -57,6 +60,25 @@ class GpuWindow:
     @property
     def is_throttled(self) -> bool:
         return bool(self.throttle_reasons)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RequestEnergy:
+    """Joules the GPU drew over one request's intervals (bench.energy.request_energy), and its power cap.
+
+    `method` None: unmeasured, and `unmeasured` says why; a joule value None: that interval was not
+    measured (a request with no token has no prefill interval). Never 0.0 for "not measured".
+    """
+
+    method: EnergyMethod | None
+    unmeasured: str | None = None
+    note: str | None = None  # why the counter was set aside for the power samples
+    request_j: float | None = None  # request sent -> stream closed
+    prefill_j: float | None = None  # request sent -> prefill done (RequestResult.prefill_time_client_s)
+    decode_j: float | None = None  # second -> last text chunk (RequestResult.decode_span_s)
+    sampled_s: float = 0.0  # time between the first and last NVML reading
+    power_capped_s: float = 0.0  # of it, time NVML reported the sw_power_cap throttle reason
+    power_limit_w: float | None = None  # the enforced power limit seen (the user's; bench never sets it)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -99,6 +121,7 @@ class RequestResult:
     spec_accepted_tokens: int | None = None
     spec_rejected_tokens: int | None = None
     gpu: GpuWindow | None = None
+    energy: RequestEnergy | None = None  # None: no GPU telemetry (or a record from before bench measured energy)
     invalid_reason: str | None = None  # set by the ladder: why this run does not count
 
     @property
@@ -156,6 +179,21 @@ class RequestResult:
         return decode_tok_per_s(self.completion_tokens, self.itl_s)
 
     @property
+    def prefill_tok_per_j(self) -> float | None:
+        """Uncached prompt tokens per joule of the client's prefill interval: prefill_tok_per_s_client's
+        tokens over energy instead of time (higher is better, so bench.stats treats it as a rate)."""
+        n, e = self.new_prompt_tokens, self.energy.prefill_j if self.energy else None
+        return n / e if n and e and e > 0 else None
+
+    @property
+    def decode_tok_per_j(self) -> float | None:
+        """decode_tok_per_s_client's tokens (after the first two) per joule of its span (second -> last chunk)."""
+        e = self.energy.decode_j if self.energy else None
+        if self.completion_tokens is None or self.completion_tokens < 3 or not e or e <= 0:
+            return None
+        return (self.completion_tokens - 2) / e
+
+    @property
     def decode_tok_per_s_server(self) -> float | None:
         """Completion tokens over the server's own decode time (its definition of decode_s)."""
         if not self.completion_tokens or not self.server_decode_s:
@@ -165,7 +203,7 @@ class RequestResult:
     def to_dict(self) -> dict[str, Any]:
         """The fields and the derived rates beside them (which `from_dict` skips)."""
         derived = ("prefill_tok_per_s_client", "prefill_tok_per_s_server", "decode_tok_per_s_client",
-                   "decode_tok_per_s_server", "spec_drafted_tokens")
+                   "decode_tok_per_s_server", "spec_drafted_tokens", "prefill_tok_per_j", "decode_tok_per_j")
         return to_jsonable(self) | {name: getattr(self, name) for name in derived}
 
     @classmethod

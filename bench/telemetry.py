@@ -1,17 +1,19 @@
 """GPU state during each measured request, read through NVML by the gpu package.
 
-Clock locking and power caps are off limits on a shared GPU, so instead every request records the
-clocks, power, temperature and throttle reasons seen while it ran, and a throttled run can be told
-apart later. Without NVML or without a visible GPU, `GpuMonitor.open` returns None: not an error.
+Clock locking and power caps are off limits on a shared GPU (and the user's power limit is what is
+measured), so instead every request records the clocks, power, temperature and throttle reasons seen
+while it ran, and a throttled run can be told apart later. The window also keeps each reading's time,
+energy counter and power (`readings`): bench.energy turns them into the request's joules. Without NVML or without a visible GPU, `GpuMonitor.open` returns None: not an error.
 Which GPU is gpu.device's rule, as for every other reader: CUDA ordinal `index` under this process's
 CUDA_VISIBLE_DEVICES (0: its first entry, or NVML device 0 when it is unset), so run bench with the
 server's CUDA_VISIBLE_DEVICES.
 
 Usage:
     monitor = GpuMonitor.open(index=0)        # None on a machine without an NVIDIA GPU
-    with monitor.window() as window:          # samples every 100 ms in a background thread
+    with monitor.window() as window:          # reads at entry, every 100 ms in a thread, and at exit
         ...                                   # the request
     window.result                             # GpuWindow | None
+    window.readings                           # tuple[bench.energy.Reading, ...], Unix-timed
 """
 
 from __future__ import annotations
@@ -19,15 +21,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from bench.energy import Reading
 from bench.errors import BenchConfigError
 from bench.records import GpuIdentity
 from bench.runs import GpuWindow
 from gpu import DeviceSelectionError, Gpu, GpuInfo, GpuReadError, GpuSample, open_gpu
 
-__all__ = ["GpuMonitor", "GpuSample", "decode_throttle_reasons", "summarize_window"]
+__all__ = ["GpuMonitor", "GpuSample", "decode_throttle_reasons", "summarize_window", "to_reading"]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +91,14 @@ class _Window:
     """Filled in when the `window()` block exits."""
 
     result: GpuWindow | None = None
+    readings: tuple[Reading, ...] = ()
+
+
+def to_reading(at_unix_s: float, sample: GpuSample) -> Reading:
+    """What bench.energy needs of one sample, timed on the request's clock (Unix time)."""
+    return Reading(t_s=at_unix_s, energy_mj=sample.energy_mj, power_w=sample.power_w,
+                   power_capped="sw_power_cap" in decode_throttle_reasons(sample.throttle_mask),
+                   power_limit_w=sample.power_limit_w)
 
 
 class GpuMonitor:
@@ -126,17 +138,18 @@ class GpuMonitor:
 
     @contextmanager
     def window(self) -> Iterator[_Window]:
-        """Sample every `period_s` until the block exits; the summary lands in `.result`."""
+        """Sample on entry, every `period_s`, and on exit (so the readings span the block: its energy is
+        measured end to end); the summary lands in `.result`, the timed readings in `.readings`."""
         out = _Window()
-        samples: list[GpuSample] = []
+        samples: list[tuple[float, GpuSample]] = []
         stop = threading.Event()
 
         def _run() -> None:
-            self._sample_into(samples)
             while not stop.wait(self._period_s):
                 if not self._sample_into(samples):
                     return
 
+        self._sample_into(samples)
         thread = threading.Thread(target=_run, name="bench-gpu-sampler", daemon=True)
         thread.start()
         try:
@@ -145,11 +158,14 @@ class GpuMonitor:
             stop.set()
             thread.join()
             self._sample_into(samples)
-            out.result = summarize_window(samples)
+            out.result = summarize_window([s for _, s in samples])
+            out.readings = tuple(to_reading(t, s) for t, s in samples)
 
-    def _sample_into(self, samples: list[GpuSample]) -> bool:
+    def _sample_into(self, samples: list[tuple[float, GpuSample]]) -> bool:
+        before = time.time()
         try:
-            samples.append(self.sample())
+            sample = self.sample()  # a dozen NVML calls: stamped at their midpoint
+            samples.append(((before + time.time()) / 2, sample))
         except GpuReadError as exc:  # a lost GPU must not kill the measurement thread
             log.warning("NVML sample failed: %s", exc)
             return False

@@ -84,6 +84,9 @@ class GpuSample:
     memory_used_bytes: int
     throttle_mask: int  # NVML clocks-event reason bits; 0 where unsupported
     compute_processes: int | None = None  # processes holding a compute context: >1 means sharing
+    # NVML's total-energy counter (mJ since the driver loaded; Volta and later), None where the board lacks it
+    energy_mj: int | None = None
+    power_limit_w: float | None = None  # the enforced power limit at this instant (the user's, never changed here)
 
 
 def choose_device(env: Mapping[str, str] | None = None, *, ordinal: int = 0) -> DeviceChoice | None:
@@ -225,7 +228,8 @@ class Gpu:
         return self._read(read)
 
     def sample(self) -> GpuSample:
-        """Clocks, power, temperature, utilization, memory used, throttle reasons, compute processes."""
+        """Clocks, power, temperature, utilization, memory used, throttle reasons, compute processes, the
+        energy counter and the enforced power limit."""
         nv, h = self._nvml, self._handle
         return self._read(lambda: GpuSample(
             sm_clock_mhz=nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
@@ -236,6 +240,8 @@ class Gpu:
             memory_used_bytes=int(nv.nvmlDeviceGetMemoryInfo(h).used),
             throttle_mask=self._optional(lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(h)) or 0,
             compute_processes=self._optional(lambda: len(nv.nvmlDeviceGetComputeRunningProcesses(h))),
+            energy_mj=self._optional(lambda: int(nv.nvmlDeviceGetTotalEnergyConsumption(h))),
+            power_limit_w=self._optional(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000),
         ))
 
     def _read(self, read: Callable[[], _T]) -> _T:

@@ -9,6 +9,7 @@ open device or a missing shutdown shows.
 from __future__ import annotations
 
 import sys
+import time
 import types
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,10 @@ class FakeGpu:
     power_mw: int | None = 450_000  # None: the board does not report power
     fail_reads: bool = False  # every device read raises NVMLError, as a lost GPU does
     clocks_event_reasons: int = 0  # NVML's throttle reason bits, e.g. 0x20 sw thermal slowdown
+    # the total-energy counter in mJ; None: the board lacks it (pre-Volta). It advances by power x time
+    # between reads, as the real one does
+    energy_mj: int | None = 7_351_234_567
+    _energy_read_at: float | None = None
     calls: list[str] = field(default_factory=list)
 
 
@@ -127,6 +132,15 @@ class FakePynvml(types.ModuleType):
         if self._read(h, "power").power_mw is None:
             raise self.NVMLError_NotSupported("Not Supported")
         return h.power_mw
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: FakeGpu) -> int:
+        if self._read(h, "energy").energy_mj is None:
+            raise self.NVMLError_NotSupported("Not Supported")
+        now = time.monotonic()
+        if h._energy_read_at is not None:
+            h.energy_mj += int((h.power_mw or 0) * (now - h._energy_read_at))  # mW x s = mJ
+        h._energy_read_at = now
+        return h.energy_mj
 
     def nvmlDeviceGetEnforcedPowerLimit(self, h: FakeGpu) -> int:
         self._read(h, "power_limit")

@@ -208,6 +208,7 @@ def serve_phase(report: dict) -> None:
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     WORK.mkdir(parents=True, exist_ok=True)
+    Path("/tmp/mtp-check").mkdir(exist_ok=True)  # mtp_check.measure's server logs
     mtp_check.OUT = WORK  # its bench-<setting>.json files stay here: $OUT takes at most 8 files
     mtp_check.BENCH = ["--decode", "1024", "--decode-kinds", "math", "--decode-tokens", "128", "--max-repeats", "3",
                        "--prefill", "8192"]

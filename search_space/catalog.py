@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from search_space.domains import USE_DEFAULT, Categorical, FloatRange, IntRange
+from search_space.domains import USE_DEFAULT, Categorical, Domain, FloatRange, IntRange
 from search_space.knobs import EnvVar, ExlArg, Knob, SpaceContext, TransformersArg, When, knob_is, on_context
 from serving.config import PAGE_TOKENS
 
@@ -60,6 +60,16 @@ def _drafters_default(context: SpaceContext, values: Mapping[str, Any]) -> int:
     if values.get("draft_mode") == "dflash" and draft is not None and draft.dflash_block_size:
         return min(16, draft.dflash_block_size - 1)
     return 4  # n-gram's default, Qwen3.5 MTP's default_draft_size, and an autoregressive drafter's (no caps)
+
+
+def _draft_tokens_for(domain: Domain, context: SpaceContext) -> Domain:
+    """With a DFlash drafter, at most its block size - 1: its one pass drafts that many, and exllamav3 copies
+    num_draft_tokens columns of them (generator.py iterate_draftmodel_dflash_gen), so more fails the round.
+    The bound holds for every mode of that study (one distribution per parameter)."""
+    draft = context.draft_model
+    if not (isinstance(domain, IntRange) and draft is not None and draft.dflash_block_size):
+        return domain
+    return IntRange(domain.low, max(domain.low, min(domain.high, draft.dflash_block_size - 1)))
 
 
 def _gen(field: str, *extra: tuple[str, str]) -> ExlArg:
@@ -124,7 +134,9 @@ EXL3_KNOBS: tuple[Knob, ...] = (
     Knob(name="num_draft_tokens", domain=IntRange(1, 16), default=USE_DEFAULT,
          applied_as=ExlArg("num_draft_tokens", (("Generator", "num_draft_tokens"), ("Cache", "max_history"))),
          applies_when=(SPECULATIVE,), may_change_outputs=True, resolved_default=_drafters_default,
-         note="default: the drafter's (MTP 4, n-gram 4, DFlash block_size - 1)"),
+         domain_for_context=_draft_tokens_for,
+         note="default: the drafter's (MTP 4, n-gram 4, DFlash block_size - 1); at most a DFlash drafter's "
+              "block_size - 1 in a study that has one"),
     Knob(name="ngram_match_min", domain=IntRange(1, 8), default=2, applied_as=_gen("ngram_match_min"),
          applies_when=(knob_is("draft_mode", "ngram"),), may_change_outputs=True,
          note="exllamav3's 0 means off; 2 is TabbyAPI's default for its ngram mode"),

@@ -164,6 +164,10 @@ class Knob:
     resolved_default: Callable[[SpaceContext, Mapping[str, Any]], Any] | None = field(
         default=None, repr=False, compare=False
     )
+    # The domain for a study's context where the context bounds it (a DFlash drafter drafts at most its block
+    # size - 1): decided once per study, so each parameter keeps one distribution
+    domain_for_context: Callable[[Domain, SpaceContext], Domain] | None = field(default=None, repr=False,
+                                                                                compare=False)
     note: str = ""
     # Values a study tries first, one change each after the baseline, before the sampler combines knobs
     # (SearchSpace.levers): the settings known to move a rate on their own (drafting, prefill chunks),

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from search_space.errors import SearchSpaceError
 from search_space.model_info import ModelInfo, read_model_info, weight_group
-from serving.config import Exl3Args, ServingConfig
+from serving.config import PAGE_TOKENS, Exl3Args, ServingConfig
 
 __all__ = ["MemoryEstimate", "MemoryModel"]
 
@@ -177,7 +177,8 @@ class MemoryModel:
         )
 
     def _draft_bytes(self, args: Exl3Args, env: dict[str, str]) -> int:
-        """Draft weights, the draft's own KV cache (fp16, same token count), the sparse draft head.
+        """Draft weights, the draft's own KV cache (fp16, same token count; a DFlash drafter's sliding-window
+        layers keep a window ring per slot instead), the sparse draft head.
 
         The MTP head's weights are what it adds to the target's load (one loader, one set of slabs); a
         draft checkpoint has a loader, and slabs, of its own."""
@@ -193,8 +194,10 @@ class MemoryModel:
             groups = ("text", "embedding") if draft.embedding_is_quantized else ("text",)
             weights = _loader_bytes([t.nbytes for t in draft.tensors.values() if weight_group(t.name) in groups],
                                     arena=env.get("EXL3_LOAD_ARENA", "1") != "0")
-            cache = draft.num_attention_layers * _kv_layer_bytes(draft, "fp16") * args.cache_tokens
-            return weights + cache + sparse_head
+            paged = draft.num_attention_layers - draft.num_sliding_attention_layers
+            cache = paged * _kv_layer_bytes(draft, "fp16") * args.cache_tokens
+            slots = args.cache_slots if self.model.is_hybrid else 0  # the draft Cache's max_batch_size
+            return weights + cache + slots * _dflash_window_bytes_per_slot(draft) + sparse_head
         if args.draft_mode == "draft_model":
             # a whole second model: its weights, its fp16 KV cache of the same token count, and, for a
             # hybrid drafter, its recurrent state per slot (the Generator pairs a draft state with each job's)
@@ -248,6 +251,12 @@ class MemoryModel:
         elif args.draft_mode == "dflash":
             taps = self._draft_info(args).dflash_target_layers * rows * m.hidden_size * FP16
         own = residual + max(layers) + taps
+        if args.draft_mode == "dflash":
+            # then the drafter takes the chunk's taps into its K/V (architecture/dflash.py
+            # dflash_update_kv_from_target): the taps and their concatenation, fc reconstructed, fc and norm out
+            fc_in, fc_out = self._draft_info(args).largest_linear("fc")
+            fc = fc_in * min(fc_out, 32768) * FP16 if rows >= RECONSTRUCT_MIN_ROWS else 0
+            own = max(own, 2 * taps + fc + 2 * rows * m.hidden_size * FP16)
         if args.draft_mode == "draft_model":
             # the drafter prefills the same chunks after the target, one model at a time: the larger peak counts
             plain = dataclasses.replace(args, draft_mode="none", draft_model_dir=None, num_draft_tokens=None,
@@ -288,6 +297,17 @@ def _loader_bytes(sizes: list[int], *, arena: bool) -> int:
     large = sum(b for b in sizes if b > ARENA_MAX_TENSOR)
     small = sum(-(-b // ARENA_ALIGN) * ARENA_ALIGN for b in sizes if 0 < b <= ARENA_MAX_TENSOR)
     return large + -(-small // ARENA_BLOCK) * ARENA_BLOCK
+
+
+def _dflash_window_bytes_per_slot(draft: ModelInfo) -> int:
+    """A DFlash drafter's sliding-window layers, per slot: fp16 K and V rings of the window (the checkpoint's
+    sliding_window - 1, architecture/dflash.py block_window) plus two pages of rollback, rounded up to pages
+    (modules/sliding_attn.py SlidingAttention.kv_state_size, SWALayerState)."""
+    if not draft.num_sliding_attention_layers:
+        return 0
+    window = (draft.sliding_window or 2048) - 1  # DFlashConfig's default sliding_window is 2048
+    ring = -(-(window + 2 * PAGE_TOKENS) // PAGE_TOKENS) * PAGE_TOKENS
+    return draft.num_sliding_attention_layers * 2 * ring * draft.num_kv_heads * draft.head_dim * FP16
 
 
 def _kv_layer_bytes(model: ModelInfo, cache_kind: str, k_bits: int | None = None, v_bits: int | None = None) -> int:

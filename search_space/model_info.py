@@ -78,6 +78,7 @@ class ModelInfo:
     codebook: str | None = None
     dflash_block_size: int | None = None
     dflash_target_layers: int = 0
+    sliding_window: int | None = None  # config sliding_window: the span of "sliding_attention" layers
     tensors: Mapping[str, TensorInfo] = field(default_factory=dict, repr=False)
 
     @property
@@ -93,6 +94,12 @@ class ModelInfo:
     def num_attention_layers(self) -> int:
         """Layers that hold K/V in the paged cache (full or sliding attention)."""
         return self.num_layers - self.num_linear_attention_layers
+
+    @property
+    def num_sliding_attention_layers(self) -> int:
+        """Sliding-window attention layers (counted in num_attention_layers too; a DFlash drafter keeps
+        these as a window ring per slot instead of paged K/V)."""
+        return sum(1 for t in self.layer_types if t == "sliding_attention")
 
     @property
     def is_hybrid(self) -> bool:
@@ -263,7 +270,7 @@ def _model_info_from(directory: Path, config: dict, qcfg: dict, tensors: dict[st
     layer_types = _layer_types(text, num_layers, directory)
     architecture = str(architectures[0])
     targets = dflash.get("target_layer_ids", config.get("target_layer_ids", []))
-    block_size = dflash.get("block_size", config.get("block_size"))
+    block_size = config.get("block_size", dflash.get("block_size"))  # DFlashConfig: the top level first
     return ModelInfo(
         directory=directory,
         architecture=architecture,
@@ -289,6 +296,7 @@ def _model_info_from(directory: Path, config: dict, qcfg: dict, tensors: dict[st
         codebook=qcfg.get("codebook"),
         dflash_block_size=int(block_size) if "dflash" in architecture.lower() and block_size else None,
         dflash_target_layers=len(targets) if isinstance(targets, list) else 0,
+        sliding_window=int(text["sliding_window"]) if isinstance(text.get("sliding_window"), int) else None,
         tensors=tensors,
     )
 

@@ -194,7 +194,9 @@ def _check_drafter(context: SpaceContext) -> None:
 
 
 def _narrowed(knob: Knob, context: SpaceContext) -> Knob:
-    """Drop the categorical choices whose static requirement fails for this context."""
+    """The domain this context allows, less the categorical choices whose static requirement fails for it."""
+    if knob.domain_for_context is not None:
+        knob = dataclasses.replace(knob, domain=knob.domain_for_context(knob.domain, context))
     if not knob.choice_requires:
         return knob
     excluded = {(type(c), c) for c, when in knob.choice_requires if not when.holds(context, {})}

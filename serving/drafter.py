@@ -23,7 +23,8 @@ from typing import Any, Literal
 from serving.errors import ConfigError, SurfaceMismatch
 from serving.exl3_surface import Exl3Surface, installed_surface
 
-__all__ = ["Drafter", "DraftKind", "check_same_vocabulary", "draft_kind", "read_drafter", "vocab_size"]
+__all__ = ["Drafter", "DraftKind", "check_draft_tokens", "check_same_vocabulary", "draft_kind", "read_drafter",
+           "vocab_size"]
 
 DraftKind = Literal["dflash", "draft_model"]
 
@@ -35,6 +36,7 @@ class Drafter:
     directory: Path
     architecture: str
     kind: DraftKind
+    block_size: int | None = None  # a DFlash drafter's block: one pass drafts block_size - 1 tokens
 
     @property
     def draft_mode(self) -> DraftKind:
@@ -76,7 +78,22 @@ def read_drafter(directory: Path, surface: Exl3Surface | None = None) -> Drafter
     if not isinstance(architectures, list) or len(architectures) != 1 or not isinstance(architectures[0], str):
         raise ConfigError(f"draft model {directory}/config.json must name exactly one architecture, "
                           f"got {architectures!r}")
-    return Drafter(directory=directory, architecture=architectures[0], kind=draft_kind(architectures[0], surface))
+    kind = draft_kind(architectures[0], surface)
+    block = config.get("block_size", (config.get("dflash_config") or {}).get("block_size"))  # as DFlashConfig reads it
+    return Drafter(directory=directory, architecture=architectures[0], kind=kind,
+                   block_size=block if kind == "dflash" and isinstance(block, int) else None)
+
+
+def check_draft_tokens(drafter: Drafter, num_draft_tokens: int | None) -> None:
+    """Refuse more draft tokens than a DFlash drafter's one pass makes (block_size - 1): exllamav3 copies
+    num_draft_tokens columns of its block (generator.py iterate_draftmodel_dflash_gen) and fails the round.
+
+    Raises:
+        ConfigError: naming both numbers.
+    """
+    if drafter.block_size and num_draft_tokens and num_draft_tokens > drafter.block_size - 1:
+        raise ConfigError(f"num_draft_tokens {num_draft_tokens} exceeds what the DFlash drafter {drafter.directory} "
+                          f"drafts per pass (block_size {drafter.block_size} - 1 = {drafter.block_size - 1})")
 
 
 def vocab_size(config: dict[str, Any]) -> int | None:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from serving.config import DRAFT_CHECKPOINT_MODES, Exl3Args
-from serving.drafter import check_same_vocabulary, read_drafter
+from serving.drafter import check_draft_tokens, check_same_vocabulary, read_drafter
 from serving.engine import (
     Engine,
     EngineUsage,
@@ -91,6 +91,7 @@ class Exl3Engine(Engine):
             raise ConfigError(f"draft_mode {a.draft_mode!r}, but {a.draft_model_dir} is a {drafter.architecture} "
                               f"checkpoint, which exllamav3 drafts with as draft_mode {drafter.draft_mode!r}")
         check_same_vocabulary(self.model_dir, drafter)
+        check_draft_tokens(drafter, a.num_draft_tokens)
 
     def check_surface(self) -> None:
         """Raise SurfaceMismatch unless the installed exllamav3 takes every keyword and variable we pass."""

@@ -4,6 +4,7 @@ Usage:
     python -m serving.synthetic tiny DIR [--seed 0]
     python -m serving.synthetic qwen3.8-27b DIR [--bits 4.0] [--head-bits 6] [--layers N] [--seed 0]
                                                [--mtp-layers 1] [--mtp-bits 4]    # with the MTP head
+    python -m serving.synthetic qwen3.8-27b-dflash2 DIR [--bits 4.0] [--seed 0]   # its DFlash2 drafter (random)
     python -m serving.synthetic exl3-input HF_DIR OUT_DIR     # tiny model -> exllamav3 converter layout
 
 Turning the tiny model into EXL3 with exllamav3's own converter (GPU machine):
@@ -38,6 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
                           "builds an MTP drafter for. Random weights: MTP acceptance is near zero, so only its "
                           "plumbing, memory and per-step cost are the real model's. Default 0: the text-only layout")
     big.add_argument("--mtp-bits", type=int, default=4, help="MTP layers' bits (exllamav3's converter default 4)")
+    draft = sub.add_parser("qwen3.8-27b-dflash2",
+                           help="shape-true EXL3 DFlash2 drafter for the 27B, random codes: it drafts nothing "
+                                "useful (acceptance about zero); only its memory, plumbing and per-round cost "
+                                "are the published drafter's")
+    draft.add_argument("out_dir", type=Path)
+    draft.add_argument("--bits", type=float, default=4.0)
+    draft.add_argument("--seed", type=int, default=0)
     conv = sub.add_parser("exl3-input", help="copy a tiny model into the layout exllamav3's converter reads")
     conv.add_argument("hf_dir", type=Path)
     conv.add_argument("out_dir", type=Path)
@@ -66,6 +74,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = write_exl3_checkpoint(args.out_dir, QWEN38_27B, bits=args.bits, head_bits=args.head_bits,
                                     layers=args.layers, mtp_layers=args.mtp_layers, mtp_bits=args.mtp_bits,
                                     seed=args.seed)
+    elif args.kind == "qwen3.8-27b-dflash2":
+        from serving.synthetic.dflash2 import write_dflash2_drafter
+
+        if not 1.0 <= args.bits <= 8.0 or round(args.bits * 16) != args.bits * 16:
+            print("--bits must be between 1 and 8 in steps of 1/16", file=sys.stderr)
+            return 2
+        out = write_dflash2_drafter(args.out_dir, bits=args.bits, seed=args.seed)
     else:
         from serving.synthetic.tiny import prepare_for_exl3
 

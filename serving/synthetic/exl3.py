@@ -40,6 +40,7 @@ __all__ = [
     "multimodal_config",
     "text_config",
     "write_exl3_checkpoint",
+    "write_tensors",
 ]
 
 MUL1 = 0x83DCD12D  # the mul1 codebook constant, stored as a signed int32 scalar
@@ -194,7 +195,7 @@ def _values(name: str, spec: TensorSpec, rng: np.random.Generator, blocks: dict[
         return struct.pack("<I", MUL1)
     if name.endswith(".trellis"):
         return _tiled(blocks["codes"], n, rng)
-    if name.endswith("embed_tokens.weight"):
+    if name.endswith("embed_tokens.weight") or (spec.dtype == "BF16" and n > 1 << 22):  # DFlash2's codebooks
         return _tiled(blocks["bf16_noise"], n, rng)
     if name.endswith(".suh"):
         return (rng.choice(np.array([-1.0, 1.0], dtype=np.float16), n)).astype(np.float16).tobytes()
@@ -202,7 +203,7 @@ def _values(name: str, spec: TensorSpec, rng: np.random.Generator, blocks: dict[
         n_in = spec.shape[0]
         scale = 1.0 / math.sqrt(max(n_in, 1))
         return (rng.choice(np.array([-scale, scale], dtype=np.float32), n)).astype(np.float16).tobytes()
-    if name.endswith("layernorm.weight") or name.endswith(".norm.weight") or name.endswith("_norm.weight"):
+    if name.endswith(("layernorm.weight", ".norm.weight", "_norm.weight")) or name == "norm.weight":
         values = np.ones(n, dtype=np.float32)
     elif name.endswith("A_log"):
         values = np.log(rng.uniform(1.0, 16.0, n)).astype(np.float32)
@@ -250,6 +251,26 @@ def write_exl3_checkpoint(out_dir: Path, dims: dict = QWEN38_27B, *, bits: float
         config["quantization_config"]["mtp_bits"] = mtp_bits  # as exllamav3's converter records it
         (out_dir / "preprocessor_config.json").write_text(json.dumps(_PREPROCESSOR, indent=2))
     schema = exl3_schema(text, bits=bits, head_bits=head_bits, mtp_layers=mtp_layers, mtp_bits=mtp_bits)
+    total = write_tensors(out_dir, schema, seed=seed, shard_bytes=shard_bytes, sparse=sparse)
+    _write_tokenizer(out_dir, text["vocab_size"])
+    ids = json.loads((out_dir / "tokenizer.json").read_text())
+    special = {t["content"]: t["id"] for t in ids["added_tokens"]}
+    for target in (config, config.get("text_config", config)):
+        target["eos_token_id"] = special["<|im_end|>"]
+        target["pad_token_id"] = special["<|endoftext|>"]
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    (out_dir / "SYNTHETIC.json").write_text(json.dumps(
+        {"kind": "exl3-shape-true", "bits": bits, "head_bits": head_bits, "layers": text["num_hidden_layers"],
+         "mtp_layers": mtp_layers, "mtp_bits": mtp_bits if mtp_layers else None,
+         "mtp_acceptance": "near zero: random MTP head" if mtp_layers else None, "seed": seed, "bytes": total},
+        indent=2))
+    return out_dir
+
+
+def write_tensors(out_dir: Path, schema: dict[str, TensorSpec], *, seed: int, shard_bytes: int = 4 * 1024**3,
+                  sparse: bool = False) -> int:
+    """Sharded safetensors of `schema` with random, numerically tame values (deterministic by seed), and
+    their index; returns the tensors' total bytes. `sparse`: true headers over holes (no data)."""
     rng = np.random.default_rng(seed)
     blocks = {  # 32 MiB each, tiled: generating 14 GiB of fresh randomness would take minutes
         "codes": rng.integers(-32768, 32767, size=1 << 24, dtype=np.int16),
@@ -278,19 +299,7 @@ def write_exl3_checkpoint(out_dir: Path, dims: dict = QWEN38_27B, *, bits: float
     total = sum(spec.nbytes for spec in schema.values())
     (out_dir / "model.safetensors.index.json").write_text(json.dumps(
         {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
-    _write_tokenizer(out_dir, text["vocab_size"])
-    ids = json.loads((out_dir / "tokenizer.json").read_text())
-    special = {t["content"]: t["id"] for t in ids["added_tokens"]}
-    for target in (config, config.get("text_config", config)):
-        target["eos_token_id"] = special["<|im_end|>"]
-        target["pad_token_id"] = special["<|endoftext|>"]
-    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
-    (out_dir / "SYNTHETIC.json").write_text(json.dumps(
-        {"kind": "exl3-shape-true", "bits": bits, "head_bits": head_bits, "layers": text["num_hidden_layers"],
-         "mtp_layers": mtp_layers, "mtp_bits": mtp_bits if mtp_layers else None,
-         "mtp_acceptance": "near zero: random MTP head" if mtp_layers else None, "seed": seed, "bytes": total},
-        indent=2))
-    return out_dir
+    return total
 
 
 def _write_tokenizer(out_dir: Path, vocab_size: int) -> None:

@@ -56,6 +56,8 @@ CASES = {
     "ngram": {"draft_mode": "ngram", "ngram_match_min": 3, "num_draft_tokens": 10, "max_chunk_size": 8192},
     "mtp": {"draft_mode": "mtp", "num_draft_tokens": 3},
     "draft model": {"draft_mode": "draft_model", "draft_model_dir": "/models/qwen-0.8b"},
+    "dflash2": {"draft_mode": "dflash", "draft_model_dir": "/models/q27-dflash2", "num_draft_tokens": 7,
+                "max_chunk_size": 4096, "cache_tokens": 65536},
     "everything Tabby lacks": {"draft_mode": "mtp", "sparse_draft_head": 4096, "hybrid_draft_tokens": 8,
                                "prefill_cooldown": 2, "max_chunk_size": 4096, "shared_chunk_size": 1024,
                                "recurrent_dtype": "float", "dynamic_draft_tokens": True, "draft_confidence": 0.6},
@@ -93,6 +95,20 @@ def test_drafting_maps_to_tabbyapis_draft_modes():
     assert drafter["draft_mode"] == "model" and (drafter["draft_model_dir"], drafter["draft_model_name"]) == \
         ("/models", "qwen-0.8b")
     assert to_tabbyapi(_config(), model_path=MODEL, hybrid=False).config["draft_model"] == {"draft_mode": "disabled"}
+
+
+def test_a_dflash2_champion_is_tabbyapis_draft_model_with_its_draft_length_and_an_fp16_draft_cache():
+    """TabbyAPI detects DFlash/DFlash2 from the drafter's architecture under draft_mode 'model'; its draft cache
+    takes FP16/Q8/Q6/Q4 only, and our server's draft cache is fp16. Read back through YAML, as Tabby reads it."""
+    export = to_tabbyapi(_config(CASES["dflash2"]), model_path=MODEL, hybrid=True)
+    tree = yaml.safe_load(yaml.safe_dump(export.config))
+    validate(tree)
+    assert tree["draft_model"] == {"draft_mode": "model", "draft_model_dir": "/models", "draft_model_name": "q27-dflash2",
+                                   "draft_cache_mode": "FP16", "draft_num_tokens": 7}
+    assert (tree["model"]["cache_size"], tree["model"]["chunk_size"]) == (65536, 4096)
+    assert export.equivalent
+    sparse = to_tabbyapi(_config({**CASES["dflash2"], "sparse_draft_head": 8192}), model_path=MODEL, hybrid=True)
+    assert [u.field for u in sparse.unexpressed] == ["sparse_draft_head"] and not sparse.equivalent
 
 
 def test_tabbyapis_own_defaults_are_overridden_with_ours():

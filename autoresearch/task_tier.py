@@ -91,7 +91,7 @@ class Answers:
         for chunk in self._chunks():
             seen = {e.task_key for e in out}
             for path in sorted(chunk.rglob("traces.jsonl")):
-                out.extend(e for e in TraceTail(path).read() if e.task_key not in seen)
+                out.extend(e for e in TraceTail(path, taskset=self.spec.name).read() if e.task_key not in seen)
         return out
 
     def result(self, extra: list[EpisodeOutcome] = ()) -> TasksetResult:

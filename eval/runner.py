@@ -99,7 +99,7 @@ def run_taskset(launch: TasksetLaunch, run_dir: Path, *, stop_when: StopRule | N
     env = {**os.environ, **launch.env}
     started = time.monotonic()
     stopped: str | None = None
-    tail = TraceTail(launch.traces_path)
+    tail = TraceTail(launch.traces_path, taskset=launch.spec.name)
     with log_path.open("w") as log_file:
         process = subprocess.Popen(
             [sys.executable, "-m", "eval.worker", str(config_path)],

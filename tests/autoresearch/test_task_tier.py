@@ -57,7 +57,7 @@ class ScriptedAnswers:
         side = server
         path = chunk_dir / "traces" / spec.name / "traces.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
-        tail = TraceTail(path)
+        tail = TraceTail(path, taskset=spec.name)
         n = spec.planned_tasks
         for written, position in enumerate(range(skip, n)):
             if self.kill_after is not None and written >= self.kill_after:

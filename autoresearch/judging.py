@@ -53,8 +53,9 @@ class TierRunner:
         self.tier = TaskTier(suite, plan.gate_policy.tasks, answer=self._answer, baseline_dir=self.answers_dir / "baseline")
         self._launches = 0
 
-    def _answer(self, server: Any, spec: TasksetSpec, skip: int, chunk_dir: Path, stop_when) -> tuple[TasksetResult, bool]:
-        return answer_taskset(self.suite, spec, Endpoint(url=server.url), run_dir=chunk_dir, skip=skip,
+    def _answer(self, server: Any, spec: TasksetSpec, answered: frozenset[str], chunk_dir: Path,
+                stop_when) -> tuple[TasksetResult, bool]:
+        return answer_taskset(self.suite, spec, Endpoint(url=server.url), run_dir=chunk_dir, answered=answered,
                               stop_when=stop_when)
 
     def _serve(self, config: ServingConfig, name: str):

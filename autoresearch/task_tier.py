@@ -16,9 +16,10 @@ launched and answers on from where it stopped, until the walk decides or it has 
 baseline never answers more than the longest walk of the candidates judged, nor more than the suite.
 
 Answers live on disk as chunks, `<root>/<taskset>/chunk-NNN/` (verifiers' traces.jsonl, appended per
-finished episode): a killed loop resumes after the last finished answer without answering it again.
-A chunk stopped with requests in flight loses those (up to the suite's concurrency minus one task):
-they are answered by neither side's next chunk and never paired.
+finished episode), and are known by their task keys: each chunk answers the tasks of the run order whose
+keys no earlier chunk answered, so the holes a killed chunk left (its requests in flight) come first,
+and no task is answered twice. A chunk stopped by its rule sends no further task but answers those in
+flight (eval.dispatch): the slowest answers, the long or looping ones, are never dropped.
 
 Usage:
     tier = TaskTier(suite, policy, answer=eval_answerer(...), baseline_dir=study_dir / "answers" / "baseline")
@@ -47,9 +48,10 @@ __all__ = ["Answer", "Answers", "Judgment", "TaskTier", "first_answers", "first_
 
 log = logging.getLogger(__name__)
 StopRule = Callable[[list[EpisodeOutcome]], str | None]
-# (server, taskset, skip, chunk_dir, stop_when) -> (what this chunk answered, whether it ran to the taskset's end);
-# it writes its traces.jsonl under chunk_dir as episodes finish (eval.runner.answer_taskset does)
-Answer = Callable[[Any, TasksetSpec, int, Path, StopRule], tuple[TasksetResult, bool]]
+# (server, taskset, keys answered already, chunk_dir, stop_when) -> (what this chunk answered, whether it ran to
+# the taskset's end); it answers the other tasks in run order and writes its traces.jsonl under chunk_dir as
+# episodes finish, answering those in flight when stop_when fires (eval.runner.answer_taskset does)
+Answer = Callable[[Any, TasksetSpec, frozenset[str], Path, StopRule], tuple[TasksetResult, bool]]
 _COMPLETE = "complete"
 
 
@@ -91,7 +93,7 @@ class Answers:
         for chunk in self._chunks():
             seen = {e.task_key for e in out}
             for path in sorted(chunk.rglob("traces.jsonl")):
-                out.extend(e for e in TraceTail(path).read() if e.task_key not in seen)
+                out.extend(e for e in TraceTail(path, taskset=self.spec.name).read() if e.task_key not in seen)
         return out
 
     def result(self, extra: list[EpisodeOutcome] = ()) -> TasksetResult:
@@ -101,9 +103,13 @@ class Answers:
         return summarize_episodes(episodes, name=self.spec.name, taskset_id=self.spec.taskset_id,
                                   max_tokens=self.spec.max_tokens, run_dir=str(self.root))
 
+    def keys(self) -> frozenset[str]:
+        """The tasks answered so far (in no particular order: concurrent answers finish out of order)."""
+        return frozenset(e.task_key for e in self.episodes())
+
     @property
     def answered(self) -> int:
-        return len({e.task_key for e in self.episodes()})
+        return len(self.keys())
 
     @property
     def exhausted(self) -> bool:
@@ -120,19 +126,19 @@ class Answers:
         self.root.rename(aside)
 
     def answer(self, answer: Answer, server: Any, stop_when: StopRule | None) -> None:
-        """Answer on from where the last chunk stopped, until `stop_when` (seeing every answer so far) says stop."""
+        """Answer the tasks no chunk answered yet, in run order, until `stop_when` (seeing every answer so far)
+        says stop."""
         if self.exhausted:
             return
         prior = self.episodes()
         seen = {e.task_key for e in prior}
-        skip = len(seen)
         chunk = self.root / f"chunk-{len(self._chunks()):03d}"
         chunk.mkdir(parents=True)
 
         def rule(new: list[EpisodeOutcome]) -> str | None:
             return stop_when(prior + [e for e in new if e.task_key not in seen]) if stop_when is not None else None
 
-        _, complete = answer(server, self.spec, skip, chunk, rule)
+        _, complete = answer(server, self.spec, frozenset(seen), chunk, rule)
         if complete:
             (self.root / _COMPLETE).write_text(f"ran to the end after {self.answered} tasks\n")
 
@@ -236,7 +242,7 @@ class TaskTier:
     def _over(self, spec: TasksetSpec, cand: Answers) -> bool:
         """Both sides ran out of tasks: the walk ends here, decided or not."""
         base = self.baseline[spec.name]
-        return cand.exhausted and (base.exhausted or base.answered >= cand.answered)
+        return cand.exhausted and (base.exhausted or cand.keys() <= base.keys())
 
     def judge(self, candidate_dir: Path, *, serve_candidate: Callable[[], AbstractContextManager[Any]],
               serve_baseline: Callable[[], AbstractContextManager[Any]], server: Any = None,
@@ -280,7 +286,7 @@ class TaskTier:
 
     def _needs_baseline(self, spec: TasksetSpec, cand: Answers) -> bool:
         base = self.baseline[spec.name]
-        return self.policy.judge and not base.exhausted and (cand.answered > base.answered or cand.exhausted)
+        return self.policy.judge and not base.exhausted and (cand.exhausted or not cand.keys() <= base.keys())
 
     def _phase(self, waiting: list[TasksetSpec], cand: dict[str, Answers], done: dict[str, TasksetVerdict],
                server: Any, *, candidate: bool) -> None:
@@ -311,12 +317,12 @@ class TaskTier:
 
     def _baseline_rule(self, spec: TasksetSpec, cand: Answers) -> StopRule:
         answered = cand.result()  # unchanged while the baseline answers
-        target = answered.tasks
+        target = {e.task_key for e in answered.episodes}
 
         def rule(episodes: list[EpisodeOutcome]) -> str | None:
             if _decided(self._walk(spec, _as_result(spec, episodes), answered)):
                 return "the walk decided"
-            return "caught up with the candidate" if len({e.task_key for e in episodes}) >= target else None
+            return "caught up with the candidate" if target <= {e.task_key for e in episodes} else None
 
         return rule
 

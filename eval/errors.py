@@ -12,7 +12,7 @@ TunerError
     ├── EndpointError          the server under test refused a request or answered off-contract
     ├── MissingReference       no stored fidelity reference for this model manifest and probe set
     ├── ProbeMismatch          a server tokenizes a probe differently from the reference
-    └── TasksetRunError        a verifiers run of one taskset crashed (not an ok=false episode)
+    └── TasksetRunError        a verifiers run of one taskset crashed, or wrote an episode that cannot be paired
 """
 
 from __future__ import annotations
@@ -95,7 +95,8 @@ class ProbeMismatch(EvalError):
 
 
 class TasksetRunError(EvalError):
-    """The verifiers run of one taskset crashed as a process. `.log_tail` holds the end of its log."""
+    """The verifiers run of one taskset crashed as a process, or wrote an episode without a task key.
+    `.log_tail` holds the end of its log."""
 
     def __init__(self, message: str, *, log_tail: str = ""):
         super().__init__(message)

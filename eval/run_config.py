@@ -43,10 +43,17 @@ class TasksetLaunch:
     env: dict[str, str]  # variables added to the worker's environment
     output_dir: Path  # traces land in output_dir / spec.name / traces.jsonl
     symlinks: tuple[tuple[Path, Path], ...] = ()  # (link, target) to create before starting
+    answered: frozenset[str] = frozenset()  # task keys answered in earlier runs: the worker leaves them out
+    drain_s: float = 3600.0  # after a stop, how long the tasks in flight may take to finish (every stage's deadline)
 
     @property
     def traces_path(self) -> Path:
         return self.output_dir / self.spec.name / "traces.jsonl"
+
+    @property
+    def report_path(self) -> Path:
+        """Where the worker says how many of its tasks it sent (eval.worker --report)."""
+        return self.output_dir / self.spec.name / "dispatched.json"
 
 
 def nest_knobs(knobs: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
@@ -62,7 +69,7 @@ def nest_knobs(knobs: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
 
 
 def _eval_config(
-    suite: SuiteSpec, spec: TasksetSpec, endpoint: Endpoint, knobs: dict[str, Any], output_dir: Path, skip: int = 0
+    suite: SuiteSpec, spec: TasksetSpec, endpoint: Endpoint, knobs: dict[str, Any], output_dir: Path
 ) -> dict[str, Any]:
     s = suite.sampling
     runtime: dict[str, Any] = {"type": suite.runtime.type}
@@ -88,9 +95,8 @@ def _eval_config(
                 "chat_template_kwargs": {"enable_thinking": s.enable_thinking},
             },
         },
-        # skip: resume the run order where an earlier run of the same selection stopped (the lazy baseline)
-        "select": {"shuffle": spec.shuffle, "seed": spec.seed, "skip": skip,
-                   "limit": None if spec.limit is None else spec.limit - skip},
+        # the same selection for every run of a taskset; the worker leaves out the keys answered already
+        "select": {"shuffle": spec.shuffle, "seed": spec.seed, "limit": spec.limit},
         "num_rollouts": spec.rollouts,
         "max_concurrent": suite.max_concurrent,
         "push": False,
@@ -122,10 +128,10 @@ def build_launch(
     locks: Locks | None = None,
     paths: EvalPaths,
     run_dir: Path,
-    skip: int = 0,
+    answered: frozenset[str] = frozenset(),
 ) -> TasksetLaunch:
-    """Everything one worker needs to run `spec` offline against `endpoint`; with `skip`, only the tasks
-    after the first `skip` of its selection, in the same order.
+    """Everything one worker needs to run `spec` offline against `endpoint`; with `answered` (task keys),
+    only the tasks of its selection not among them, in the selection's order (so earlier holes first).
 
     The key stays in memory and the worker's environment only, never in the written config. `locks`
     (None: locks/ of this checkout) is read only for a taskset with a pinned Hub dataset.
@@ -135,8 +141,6 @@ def build_launch(
     """
     if endpoint.model is None:
         raise EvalConfigError(f"the endpoint {endpoint.url} names no model; a taskset runs against one model")
-    if skip < 0 or (spec.limit is not None and skip >= spec.limit):
-        raise EvalConfigError(f"{spec.name}: cannot skip {skip} of {spec.limit} tasks")
     knobs = dict(spec.knobs)
     work = run_dir / spec.name
     cwd: Path = work
@@ -162,7 +166,7 @@ def build_launch(
             p for p in (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p
         ),
     }
-    config = _eval_config(suite, spec, endpoint, nest_knobs(tuple(knobs.items())), run_dir / "traces", skip)
-    return TasksetLaunch(
-        spec=spec, config=config, cwd=cwd, env=env, output_dir=run_dir / "traces", symlinks=symlinks
-    )
+    config = _eval_config(suite, spec, endpoint, nest_knobs(tuple(knobs.items())), run_dir / "traces")
+    drain_s = suite.timeout_setup_s + suite.timeout_rollout_s + suite.timeout_scoring_s + 60.0
+    return TasksetLaunch(spec=spec, config=config, cwd=cwd, env=env, output_dir=run_dir / "traces", symlinks=symlinks,
+                         answered=frozenset(answered), drain_s=drain_s)

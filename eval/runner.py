@@ -80,9 +80,11 @@ def run_taskset(launch: TasksetLaunch, run_dir: Path, *, stop_when: StopRule | N
                 poll_s: float = 1.0) -> TasksetResult:
     """Run one taskset in its own worker process and summarize its traces.
 
-    `stop_when` sees the episodes finished so far (every `poll_s`); when it returns a reason, the
-    worker is stopped and the result holds what finished: the sequential test (`paired_stop_rule`)
-    ends a candidate's run as soon as its answer is clear.
+    `stop_when` sees the episodes finished so far (every `poll_s`); when it returns a reason, the worker
+    sends no further task and answers those in flight (eval.dispatch), within `launch.drain_s`; past it,
+    the worker is stopped and those left are answered first by the next run of the same answers. The
+    result holds what finished: the sequential test (`paired_stop_rule`) ends a candidate's run as soon
+    as its answer is clear.
 
     Raises:
         TasksetRunError: the worker crashed or wrote no traces (ok=false episodes are results).
@@ -95,14 +97,21 @@ def run_taskset(launch: TasksetLaunch, run_dir: Path, *, stop_when: StopRule | N
     launch.cwd.mkdir(parents=True, exist_ok=True)
     config_path = work / "eval-config.json"
     config_path.write_text(json.dumps(launch.config, indent=2))
+    answered_path, stop_path = work / "answered.json", work / "stop"
+    answered_path.write_text(json.dumps(sorted(launch.answered)))
+    stop_path.unlink(missing_ok=True)
+    launch.report_path.unlink(missing_ok=True)
     log_path = work / "worker.log"
     env = {**os.environ, **launch.env}
     started = time.monotonic()
     stopped: str | None = None
-    tail = TraceTail(launch.traces_path)
+    drain_until = float("inf")
+    killed = False  # by us, when the answers in flight outlasted the drain
+    tail = TraceTail(launch.traces_path, taskset=launch.spec.name)
     with log_path.open("w") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "eval.worker", str(config_path)],
+            [sys.executable, "-m", "eval.worker", str(config_path), "--answered", str(answered_path),
+             "--stop", str(stop_path), "--report", str(launch.report_path)],
             cwd=launch.cwd,
             env=env,
             stdout=log_file,
@@ -116,18 +125,28 @@ def run_taskset(launch: TasksetLaunch, run_dir: Path, *, stop_when: StopRule | N
                     process.wait(timeout=poll_s)
                 except subprocess.TimeoutExpired:
                     pass
-                if stop_when is None or process.poll() is not None:
+                if process.poll() is not None:
+                    continue
+                if stopped:
+                    if time.monotonic() > drain_until:
+                        log.warning("%s: the answers in flight did not finish within %.0f s of the stop; they are "
+                                    "left to the next run", launch.spec.name, launch.drain_s)
+                        _stop(process)
+                        killed = True
+                    continue
+                if stop_when is None:
                     continue
                 episodes = tail.read()
                 if len(episodes) > seen:  # the rule only changes its mind on new episodes
                     seen = len(episodes)
                     if stopped := stop_when(episodes):
-                        _stop(process)
+                        stop_path.touch()  # no further task; those in flight are answered
+                        drain_until = time.monotonic() + launch.drain_s
         finally:
             if process.poll() is None:  # interrupted: never leave a worker behind
                 _stop(process)
     log_tail = log_path.read_text(errors="replace")[-_LOG_TAIL_CHARS:]
-    if process.returncode != 0 and not stopped:
+    if process.returncode != 0 and not killed:
         raise TasksetRunError(
             f"taskset {launch.spec.name}: the verifiers worker exited {process.returncode} after "
             f"{time.monotonic() - started:.0f} s; log: {log_path}",
@@ -153,6 +172,15 @@ def run_taskset(launch: TasksetLaunch, run_dir: Path, *, stop_when: StopRule | N
         f"; stopped early: {stopped}" if stopped else "",
     )
     return result
+
+
+def _ran_all(launch: TasksetLaunch) -> bool:
+    """The worker sent every task of its selection it had left (a stop, if any, came after the last)."""
+    try:
+        report = json.loads(launch.report_path.read_text())
+    except FileNotFoundError:
+        return False  # stopped before it could say
+    return report["dispatched"] == report["tasks"]
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -183,12 +211,13 @@ def paired_stop_rule(baseline: TasksetResult, policy: TaskPolicy, *, tasksets: i
     return rule
 
 
-def answer_taskset(suite: SuiteSpec, spec: TasksetSpec, endpoint: Endpoint, *, run_dir: Path, skip: int = 0,
-                   stop_when: StopRule | None = None, locks: Locks | None = None,
-                   paths: EvalPaths | None = None) -> tuple[TasksetResult, bool]:
-    """One chunk of a taskset: its tasks after the first `skip` of the selection, in run order, until
-    `stop_when` says stop. Returns what was answered and whether the chunk ran to the taskset's end
-    (not stopped). The lazy baseline answers this way (autoresearch.task_tier).
+def answer_taskset(suite: SuiteSpec, spec: TasksetSpec, endpoint: Endpoint, *, run_dir: Path,
+                   answered: frozenset[str] = frozenset(), stop_when: StopRule | None = None,
+                   locks: Locks | None = None, paths: EvalPaths | None = None) -> tuple[TasksetResult, bool]:
+    """One chunk of a taskset: the tasks of its selection whose keys are not in `answered`, in run order
+    (an earlier chunk's holes first), until `stop_when` says stop; the tasks in flight then are answered
+    too. Returns what this chunk answered and whether it ran to the taskset's end (sent its last task).
+    The lazy answers are given this way (autoresearch.task_tier).
 
     Raises:
         as run_suite (preflight, a dead endpoint, a crashed worker).
@@ -196,17 +225,9 @@ def answer_taskset(suite: SuiteSpec, spec: TasksetSpec, endpoint: Endpoint, *, r
     paths = paths or EvalPaths.default()
     preflight(dataclasses.replace(suite, tasksets=(spec,)), locks=locks, paths=paths)
     endpoint, _ = _server_facts(endpoint)
-    fired: list[str] = []
-
-    def rule(episodes: list[EpisodeOutcome]) -> str | None:
-        reason = stop_when(episodes) if stop_when is not None else None
-        if reason:
-            fired.append(reason)
-        return reason
-
-    launch = build_launch(suite, spec, endpoint, locks=locks, paths=paths, run_dir=run_dir, skip=skip)
-    result = run_taskset(launch, run_dir, stop_when=rule)
-    return result, not fired
+    launch = build_launch(suite, spec, endpoint, locks=locks, paths=paths, run_dir=run_dir, answered=answered)
+    result = run_taskset(launch, run_dir, stop_when=stop_when)
+    return result, _ran_all(launch)
 
 
 def _server_facts(endpoint: Endpoint) -> tuple[Endpoint, dict[str, Any] | None]:

@@ -4,12 +4,17 @@ Counting rules: an operational failure (the endpoint died, the harness crashed, 
 is counted in `failures` and excluded from the reward mean, never scored as zero. verifiers 0.4.0
 marks an episode ok=false for most of them, but a stage deadline (setup, agent, finalize, scoring)
 leaves the trace ok=true with `is_timeout` and a `<stage>_timeout` stop condition, and a reward of 0:
-those are failures here too, as is any `*_error` stop condition. Reward per episode is verifiers' own `Trace.reward` (sum of score * weight). Truncation is
+those are failures here too, as is any `*_error` stop condition, and an ok trace whose scorer never ran
+(no reward recorded, or one verifiers left None): nothing was scored, so it is not a wrong answer.
+Reward per episode is verifiers' own `Trace.reward` (sum of score * weight). Truncation is
 verifiers' `Trace.is_truncated` (a framework limit, or a last call that finished on length).
+Tasks pair by their key (`task.key`, else verifiers' content hash): an episode with neither is refused
+with its taskset's name, never pooled with the others under one made-up key.
 Output tok/s is the sum of completion tokens over the sum of model-call wall time.
 
 Usage:
     result = summarize_traces(run_dir / "traces.jsonl", name="aime25", taskset_id="aime25", max_tokens=32768)
+    episodes = TraceTail(path, taskset="aime25").read()     # what a running worker has written so far
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from eval.errors import TasksetRunError
 from eval.records import EpisodeOutcome, TasksetResult
 
 __all__ = ["TraceTail", "episode_outcome", "summarize_episodes", "summarize_traces"]
@@ -39,6 +45,10 @@ def _trace_failure(trace: dict[str, Any]) -> str | None:
         return f"timeout: the trace stopped on {stop or 'a stage deadline'}"
     if stop == "error" or stop.endswith("_error"):
         return f"error: the trace stopped on {stop}"
+    rewards = trace.get("rewards") or {}
+    if trace.get("ok") and (not rewards or any(r is None for r in rewards.values())):
+        unscored = sorted(name for name, r in rewards.items() if r is None)
+        return ("no reward: the scorer never ran" + (f" ({', '.join(unscored)} left unscored)" if unscored else ""))
     return None
 
 
@@ -52,10 +62,22 @@ def _first_error(episode: dict[str, Any]) -> str | None:
     return f"{error.get('type', 'Error')}: {error.get('message', '')}"[:500]
 
 
-def episode_outcome(episode: dict[str, Any]) -> EpisodeOutcome:
-    """One traces.jsonl line (an Episode) reduced to what the gate needs."""
+def episode_outcome(episode: dict[str, Any], *, taskset: str) -> EpisodeOutcome:
+    """One traces.jsonl line (an Episode) of `taskset` reduced to what the gate needs.
+
+    Raises:
+        TasksetRunError: the episode's task has no key (nor content hash) to pair it by.
+    """
+    task = episode.get("task") or {}
+    data = task.get("data") or {}
+    key = task.get("key") or task.get("hash")
+    if not key:
+        raise TasksetRunError(f"taskset {taskset}: an episode's task has no key (task.key and task.hash are empty; "
+                              f"idx {data.get('idx')!r}, id {data.get('id')!r}): its answers cannot be paired")
     traces = episode.get("traces") or []
     failures = [f for f in (_trace_failure(t) for t in traces) if f]
+    if not traces:
+        failures.append("no trace: the episode recorded no agent run, so nothing was scored")
     if episode.get("is_timeout"):
         failures.insert(0, "timeout: the episode's own deadline expired")
     ok = bool(episode.get("ok")) and all(t.get("ok", False) for t in traces) and not failures
@@ -77,14 +99,12 @@ def episode_outcome(episode: dict[str, Any]) -> EpisodeOutcome:
             output_tokens += int(usage.get("completion_tokens") or 0)
             span = call.get("time") or {}
             model_time_s += max(float(span.get("end", 0.0)) - float(span.get("start", 0.0)), 0.0)
-    task = episode.get("task") or {}
-    data = task.get("data") or {}
     starts = [float(t["timing"]["start"]) for t in traces if (t.get("timing") or {}).get("start")]
     error = None
     if not ok:
         error = "; ".join(filter(None, [*failures, _first_error(episode)])) or "ok=false without an error record"
     return EpisodeOutcome(
-        task_key=str(task.get("key") or task.get("hash")),
+        task_key=str(key),
         task_idx=data.get("idx"),
         ok=ok,
         reward=reward,
@@ -124,8 +144,9 @@ def summarize_episodes(
 class TraceTail:
     """Reads the episodes a running worker has appended to its traces.jsonl so far (whole lines only)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, *, taskset: str):
         self.path = path
+        self.taskset = taskset
         self._offset = 0
         self.episodes: list[EpisodeOutcome] = []
 
@@ -140,7 +161,7 @@ class TraceTail:
         end = chunk.rfind(b"\n") + 1
         for line in chunk[:end].decode("utf-8").splitlines():
             if line.strip():
-                self.episodes.append(episode_outcome(json.loads(line)))
+                self.episodes.append(episode_outcome(json.loads(line), taskset=self.taskset))
         self._offset += end
         return self.episodes
 
@@ -150,7 +171,7 @@ def summarize_traces(path: Path, *, name: str, taskset_id: str, max_tokens: int)
 
     A last line without its newline (a worker stopped mid-write) is not an episode and is skipped.
     """
-    episodes = TraceTail(path).read()
+    episodes = TraceTail(path, taskset=name).read()
     return summarize_episodes(
         episodes, name=name, taskset_id=taskset_id, max_tokens=max_tokens, run_dir=str(path.parent)
     )

@@ -1,12 +1,16 @@
 """The lazy baseline and the judgments against it, decided where they are made (autoresearch.task_tier).
 
-The model servers and verifiers are the outside boundary here: `ScriptedAnswers` is a test double that
-writes verifiers-shaped traces.jsonl lines with scripted rewards, one task at a time in run order,
-calling the stop rule after each, as eval.runner.answer_taskset does with a real worker.
+The model servers and verifiers' rollouts are the outside boundary here: `ScriptedAnswers` is a test double
+that answers each chunk the way the worker does (eval.dispatch: the tasks not answered yet in run order,
+`concurrency` at a time, the stop rule asked before each task is sent, those in flight answered after a
+stop), with tasks that take their own time, so they finish out of order: every seventh is slow, and so is
+every task a lossy candidate gets wrong (a long or looping answer). It writes verifiers-shaped
+traces.jsonl lines with scripted rewards.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import math
@@ -21,11 +25,13 @@ from autoresearch.errors import BaselineUnmeasured
 from autoresearch.forecast import expected_walk, quiet_walk
 from autoresearch.task_tier import TaskTier, first_answers, first_walk
 from eval.decision import TaskPolicy
+from eval.dispatch import answer_in_order
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
 from eval.traces import TraceTail, summarize_episodes
 
-SUITE = get_suite("offline")  # two tasksets of 600 planned tasks
+SUITE = get_suite("offline")  # two tasksets of 600 planned tasks, 8 requests in flight
 POLICY = TaskPolicy()
+IN_FLIGHT = SUITE.max_concurrent
 
 
 def _correct(side: str, taskset: str, position: int) -> bool:
@@ -43,47 +49,66 @@ def _correct(side: str, taskset: str, position: int) -> bool:
     return base
 
 
+def _turns(side: str, taskset: str, position: int) -> int:
+    """How long an answer takes (event-loop turns): slow every seventh task and wherever a candidate is wrong."""
+    slow = position % 7 == 3 or (side != "baseline" and not _correct(side, taskset, position))
+    return 60 + position % 11 if slow else 1 + position % 4
+
+
 @dataclass
 class ScriptedAnswers:
-    """Test double of the model server plus verifiers: answers task positions in run order."""
+    """Test double of the model server plus verifiers' rollouts: answers concurrently and out of order."""
 
-    asked: dict[str, list[int]] = field(default_factory=dict)  # side/taskset -> positions answered
-    kill_after: int | None = None  # raise KeyboardInterrupt after this many answers in the next call
+    asked: dict[str, list[int]] = field(default_factory=dict)  # side/taskset -> positions sent, in order
+    chunks: list[dict] = field(default_factory=list)  # per chunk: side/taskset, sent, answered, in flight at stop
+    concurrency: int = IN_FLIGHT
+    kill_after: int | None = None  # KeyboardInterrupt after this many answers in the next chunk (others in flight)
     truncated: bool = False
     failing: int = 0  # the next answers that fail operationally (the server or the harness down)
     clock: float = field(default_factory=time.time)
 
-    def __call__(self, server, spec, skip, chunk_dir, stop_when):
+    def __call__(self, server, spec, answered, chunk_dir, stop_when):
         side = server
         path = chunk_dir / "traces" / spec.name / "traces.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
-        tail = TraceTail(path)
-        n = spec.planned_tasks
-        for written, position in enumerate(range(skip, n)):
-            if self.kill_after is not None and written >= self.kill_after:
+        tail = TraceTail(path, taskset=spec.name)
+        chunk = {"name": f"{side}/{spec.name}", "sent": [], "answered": [], "in_flight_at_stop": None}
+        self.chunks.append(chunk)
+        todo = [p for p in range(spec.planned_tasks) if f"{spec.name}-{p}" not in answered]
+
+        async def rollout(position: int) -> None:
+            self.asked.setdefault(chunk["name"], []).append(position)
+            chunk["sent"].append(position)
+            self.clock += 1.0
+            started = self.clock
+            for _ in range(_turns(side, spec.name, position)):
+                await asyncio.sleep(0)
+            if self.kill_after is not None and len(chunk["answered"]) >= self.kill_after:
                 self.kill_after = None
                 raise KeyboardInterrupt("killed mid-chunk")
-            self.asked.setdefault(f"{side}/{spec.name}", []).append(position)
-            self.clock += 1.0
             reward = 1.0 if _correct(side, spec.name, position) else 0.0
             finish = "length" if self.truncated else "stop"
             ok = self.failing <= 0
             self.failing -= 1
             line = {"ok": ok, "errors": [] if ok else [{"type": "ProviderError", "message": "down"}],
                     "task": {"key": f"{spec.name}-{position}", "data": {"idx": position}},
-                    "traces": [{"ok": True, "rewards": {"r": {"score": reward}}, "timing": {"start": self.clock},
+                    "traces": [{"ok": True, "rewards": {"r": {"score": reward}}, "timing": {"start": started},
                                 "calls": [{"usage": {"completion_tokens": 20}, "finish_reason": finish,
-                                           "time": {"start": self.clock, "end": self.clock + 0.5}}]}]}
+                                           "time": {"start": started, "end": started + 0.5}}]}]}
             with path.open("a") as f:
                 f.write(json.dumps(line) + "\n")
-            if stop_when is not None and stop_when(tail.read()):
-                return self._result(spec, tail), False
-        return self._result(spec, tail), True
+            chunk["answered"].append(position)
 
-    @staticmethod
-    def _result(spec, tail):
+        def stop_requested() -> bool:
+            stop = stop_when is not None and stop_when(tail.read()) is not None
+            if stop and chunk["in_flight_at_stop"] is None:
+                chunk["in_flight_at_stop"] = sorted(set(chunk["sent"]) - set(chunk["answered"]))
+            return stop
+
+        dispatched = asyncio.run(answer_in_order(todo, rollout, max_concurrent=self.concurrency,
+                                                 stop_requested=stop_requested))
         return summarize_episodes(tail.read(), name=spec.name, taskset_id=spec.taskset_id,
-                                  max_tokens=spec.max_tokens, run_dir="")
+                                  max_tokens=spec.max_tokens, run_dir=""), dispatched.ran_all
 
 
 @contextmanager
@@ -92,12 +117,15 @@ def _serve(side: str, launches: list[str]):
     yield side
 
 
-def _walk_length(side: str, spec) -> tuple[str, int]:
-    """The sequential test run directly on the scripted outcomes: where it stops, and how."""
-    outcomes = []
-    for p in range(spec.planned_tasks):
-        b, c = _correct("baseline", spec.name, p), _correct(side, spec.name, p)
-        outcomes.append("lost" if b and not c else "gained" if c and not b else "tie")
+def _outcome(side: str, taskset: str, position: int) -> str:
+    b, c = _correct("baseline", taskset, position), _correct(side, taskset, position)
+    return "lost" if b and not c else "gained" if c and not b else "tie"
+
+
+def _walk_length(side: str, spec, order: list[int] | None = None) -> tuple[str, int]:
+    """The sequential test run directly on the scripted outcomes (in `order`, default the run order's
+    positions): where it stops, and how."""
+    outcomes = [_outcome(side, spec.name, p) for p in (range(spec.planned_tasks) if order is None else order)]
     walk = POLICY.design(len(SUITE.tasksets)).walk(outcomes)
     return walk.decision, walk.tasks_used
 
@@ -107,12 +135,13 @@ def _judge(tier, tmp_path, side, launches):
                       serve_baseline=lambda: _serve("baseline", launches))
 
 
-def test_the_baseline_answers_exactly_as_many_tasks_as_the_longest_walk(tmp_path):
+def test_the_baseline_answers_the_longest_walk_and_no_stop_drops_an_answer_in_flight(tmp_path):
     answers = ScriptedAnswers()
     tier = TaskTier(SUITE, POLICY, answer=answers, baseline_dir=tmp_path / "baseline")
     tier.baseline_first("baseline")
     first = first_answers(POLICY, SUITE)
-    assert {k: len(v) for k, v in answers.asked.items()} == {f"baseline/{s.name}": first for s in SUITE.tasksets}
+    for spec in SUITE.tasksets:  # its first answers, and those in flight when it had them
+        assert first <= len(answers.asked[f"baseline/{spec.name}"]) < first + IN_FLIGHT
     launches: list[str] = []
     judged = {side: _judge(tier, tmp_path, side, launches) for side in ("lossless-a", "lossy-b", "other-c")}
 
@@ -126,12 +155,21 @@ def test_the_baseline_answers_exactly_as_many_tasks_as_the_longest_walk(tmp_path
     # the lossy candidate was rejected on its first taskset: the second was not run for it
     assert len(judged["lossy-b"].verdicts) == 1
 
+    # every chunk was stopped by its rule with answers in flight, out of order; each of them was answered
+    assert all(c["in_flight_at_stop"] for c in answers.chunks)
+    for chunk in answers.chunks:
+        assert sorted(chunk["answered"]) == sorted(chunk["sent"]), chunk["name"]
+        assert chunk["answered"] != chunk["sent"]  # they finished out of order
+    lossy = next(c for c in answers.chunks if c["name"] == "lossy-b/rg-math")
+    assert any(_outcome("lossy-b", "rg-math", p) == "lost" for p in lossy["in_flight_at_stop"])  # its slow, wrong answers
+
     for spec in SUITE.tasksets:
         walks = [_walk_length(side, spec)[1] for side, j in judged.items()
                  if any(v.name == spec.name for v in j.verdicts)]
         positions = answers.asked[f"baseline/{spec.name}"]
-        assert len(positions) == max(max(walks), first) == tier.baseline[spec.name].answered
-        assert positions == list(range(len(positions)))  # in run order, none answered twice
+        assert positions == list(range(len(positions))) and len(positions) == tier.baseline[spec.name].answered
+        # the longest walk, plus the answers in flight when its rule saw the walk decide past the slow ones
+        assert max(max(walks), first) <= len(positions) < max(max(walks), first) + 2 * IN_FLIGHT
         assert len(positions) < spec.planned_tasks
     assert launches.count("baseline") >= 1
 
@@ -152,40 +190,63 @@ def test_the_baseline_answers_a_quiet_walk_and_a_full_batch_first_but_never_past
     assert first_answers(POLICY, dataclasses.replace(small, max_concurrent=1)) == 20  # never past the taskset
 
 
-def test_the_lazy_baseline_resumes_after_a_kill_without_answering_again(tmp_path):
+def _answered_on_disk(root) -> dict[str, int]:
+    """How many times each task key was answered, over every chunk under `root`."""
+    counts: dict[str, int] = {}
+    for path in root.rglob("traces.jsonl"):
+        for line in path.read_text().splitlines():
+            key = json.loads(line)["task"]["key"]
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def test_a_chunk_killed_mid_flight_leaves_holes_the_next_chunk_answers_first_and_none_twice(tmp_path):
     answers = ScriptedAnswers()
     tier = TaskTier(SUITE, POLICY, answer=answers, baseline_dir=tmp_path / "baseline")
     tier.baseline_first("baseline")
     launches: list[str] = []
-    answers.kill_after = 5  # the first call after this: the candidate's first chunk, killed after 5 answers
+    answers.kill_after = 5  # the candidate's first chunk dies after 5 answers, slow ones in flight
     with pytest.raises(KeyboardInterrupt):
         _judge(tier, tmp_path, "lossless-a", launches)
-    answers.kill_after = None
-    # the baseline is killed mid-chunk too: a fresh loop (a new TaskTier on the same folders) picks up both
+    killed = answers.chunks[-1]
+    holes = set(killed["sent"]) - set(killed["answered"])
+    assert len(killed["answered"]) == 5 and min(holes) < max(killed["answered"])  # not a prefix of the run order
+
+    # a fresh loop (a new TaskTier on the same folders); the baseline's first chunk in it is killed too
     tier = TaskTier(SUITE, POLICY, answer=answers, baseline_dir=tmp_path / "baseline")
-    cand_before = len(answers.asked["lossless-a/rg-math"])
-    assert cand_before == 5
-    answers.kill_after = None
     original = answers.__call__
 
-    def killing_baseline(server, spec, skip, chunk_dir, stop_when, _once=[True]):  # noqa: B006 - one kill
+    def killing_baseline(server, spec, answered, chunk_dir, stop_when, _once=[True]):  # noqa: B006 - one kill
         if server == "baseline" and _once[0]:
             _once[0] = False
             answers.kill_after = 7
-        return original(server, spec, skip, chunk_dir, stop_when)
+        return original(server, spec, answered, chunk_dir, stop_when)
 
     tier.answer = killing_baseline
     with pytest.raises(KeyboardInterrupt):
         _judge(tier, tmp_path, "lossless-a", launches)
+    assert answers.chunks[-1]["name"].startswith("baseline/") and len(answers.chunks[-1]["answered"]) == 7
     tier = TaskTier(SUITE, POLICY, answer=answers, baseline_dir=tmp_path / "baseline")
     judgment = _judge(tier, tmp_path, "lossless-a", launches)
 
-    for key, positions in answers.asked.items():
-        assert len(positions) == len(set(positions)), f"{key} answered a task twice"
-        assert positions == list(range(len(positions))), key
+    kills = 0
+    for name in {c["name"] for c in answers.chunks}:
+        chunks = [c for c in answers.chunks if c["name"] == name]
+        for before, after in zip(chunks, chunks[1:], strict=False):
+            left = sorted(set(before["sent"]) - set(before["answered"]))
+            kills += bool(left)
+            assert after["sent"][:len(left)] == left, f"{name}: the holes are answered first"
+        answered = [p for c in chunks for p in c["answered"]]
+        assert sorted(answered) == list(range(len(answered))), f"{name}: none lost, none answered twice"
+    assert kills == 2
+    for side in ("baseline", "lossless-a"):
+        assert set(_answered_on_disk(tmp_path / side).values()) == {1}, f"{side} answered a task twice"
     for verdict in judgment.verdicts:
-        assert (verdict.decision, verdict.tasks_used) == _walk_length("lossless-a", SUITE.taskset(verdict.name))
-        assert len(answers.asked[f"baseline/{verdict.name}"]) == max(verdict.tasks_used, first_answers(POLICY, SUITE))
+        spec = SUITE.taskset(verdict.name)
+        # the walk follows the baseline's run order: when each answer was sent (a killed chunk's holes later)
+        sent = answers.asked[f"baseline/{spec.name}"]
+        order = list(dict.fromkeys(reversed(sent)))[::-1]  # a task sent twice counts where it was answered
+        assert (verdict.decision, verdict.tasks_used) == _walk_length("lossless-a", spec, order)
 
 
 def test_the_baseline_rules_apply_to_what_it_answered(tmp_path):
@@ -201,11 +262,12 @@ def test_baseline_answers_with_failures_are_answered_once_more_then_stop_the_stu
     answers = ScriptedAnswers(failing=3)
     tier = TaskTier(SUITE, POLICY, answer=answers, baseline_dir=tmp_path / "baseline")
     result = tier.baseline_first("baseline")
-    assert [t.failures for t in result.tasksets] == [0, 0] and [t.tasks for t in result.tasksets] == [first, first]
-    assert {k: len(v) for k, v in answers.asked.items()} == {f"baseline/{s.name}": 2 * first for s in SUITE.tasksets}
+    assert [t.failures for t in result.tasksets] == [0, 0]
+    for t in result.tasksets:  # the same answers twice: the first attempt's set aside
+        assert first <= t.tasks < first + IN_FLIGHT and len(answers.asked[f"baseline/{t.name}"]) == 2 * t.tasks
     assert (tmp_path / "baseline" / f"{SUITE.tasksets[0].name}.set-aside-0").is_dir()  # kept, out of the way
 
-    failing_again = ScriptedAnswers(failing=2 * first + 1)  # the second attempt fails too: not the reference
+    failing_again = ScriptedAnswers(failing=4 * first)  # the second attempt fails too: not the reference
     tier = TaskTier(SUITE, POLICY, answer=failing_again, baseline_dir=tmp_path / "again")
     with pytest.raises(BaselineUnmeasured, match="failed operationally") as caught:
         tier.baseline_first("baseline")

@@ -127,26 +127,36 @@ def test_correct_logic_answers_score_one(tmp_path):
 def test_a_candidate_run_stops_as_soon_as_the_sequential_test_decides(tmp_path):
     # A real verifiers worker, paired with a baseline that answered every task; the candidate (scripted,
     # 0.3 s a reply, 8 at a time) answers none: the test rejects it after a handful of tasks, and the
-    # worker is stopped long before the 96 tasks would have finished.
+    # worker sends no further task long before the 96 tasks would have finished, answering those in flight.
+    # A next chunk of the same answers leaves out the tasks answered and asks each of the others once.
     tasks = load_offline_tasks({"id": "eval-logic", "generators": ["chain_sum"], "size_per_generator": 96}, limit=96)
     suite = apply_overrides(get_suite("offline"), SuiteOverrides(limit=96, max_tokens=64, tasksets=("rg-math",)))
     spec = dataclasses.replace(suite.tasksets[0], knobs=(("generators", ["chain_sum"]), ("size_per_generator", 96)))
     suite = dataclasses.replace(suite, tasksets=(spec,))
+    key_of = {t.data.prompt: t.key for t in tasks}
 
-    def run(replies, tag, stop_when=None):
+    def run(replies, tag, stop_when=None, answered=frozenset()):
         server = ScriptedChatServer(replies, delay_s=0.3)
         try:
             launch = build_launch(suite, spec, Endpoint(url=server.url, model="scripted"), locks=load_locks(),
-                                  paths=EvalPaths(tmp_path), run_dir=tmp_path / tag)
+                                  paths=EvalPaths(tmp_path), run_dir=tmp_path / tag, answered=answered)
             started = time.monotonic()
-            return run_taskset(launch, tmp_path / tag, stop_when=stop_when), time.monotonic() - started
+            result = run_taskset(launch, tmp_path / tag, stop_when=stop_when)
+            return result, time.monotonic() - started, [key_of[b["messages"][-1]["content"]] for b in server.bodies]
         finally:
             server.close()
 
-    baseline, full_s = run({t.data.prompt: f"<answer>{t.data.answer}</answer>" for t in tasks}, "base")
+    baseline, full_s, _ = run({t.data.prompt: f"<answer>{t.data.answer}</answer>" for t in tasks}, "base")
     assert (baseline.rollouts, baseline.accuracy) == (96, 1.0)
     policy = TaskPolicy()
-    candidate, stopped_s = run({}, "cand", stop_when=paired_stop_rule(baseline, policy, tasksets=1))
+    candidate, stopped_s, asked = run({}, "cand", stop_when=paired_stop_rule(baseline, policy, tasksets=1))
     assert candidate.rollouts < 60 and stopped_s < full_s
+    assert sorted(asked) == sorted(e.task_key for e in candidate.episodes)  # no request in flight was dropped
     verdict = compare_taskset(baseline, candidate, policy)
     assert verdict.decision == "rejected" and verdict.lost == verdict.tasks_used == policy.design(1).losses_to_reject
+
+    answered = frozenset(e.task_key for e in candidate.episodes)
+    more, _, asked_next = run({}, "cand-next", stop_when=lambda eps: "enough" if len(eps) >= 3 else None,
+                              answered=answered)
+    assert asked_next and not set(asked_next) & answered and len(set(asked_next)) == len(asked_next)
+    assert sorted(asked_next) == sorted(e.task_key for e in more.episodes)

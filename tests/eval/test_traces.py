@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.traces import episode_outcome, summarize_traces
+from eval.errors import TasksetRunError
+from eval.traces import TraceTail, episode_outcome, summarize_traces
 
 RECORDED = Path(__file__).parent / "data" / "verifiers-0.4.0-episode.jsonl"
 
@@ -20,7 +21,7 @@ def episode() -> dict:
 
 
 def test_a_recorded_episode_reduces_to_its_reward_truncation_and_tokens(episode):
-    outcome = episode_outcome(episode)
+    outcome = episode_outcome(episode, taskset="mmath-math500")
     call = episode["traces"][0]["calls"][0]
     assert outcome.ok and outcome.reward == 0.0
     assert outcome.truncated  # the call finished on length
@@ -34,7 +35,7 @@ def test_weighted_rewards_sum_as_verifiers_does(episode):
         "correct": {"score": 1.0, "weight": 1.0},
         "format": {"score": 0.5, "weight": 0.2},
     }
-    assert episode_outcome(episode).reward == pytest.approx(1.1)
+    assert episode_outcome(episode, taskset="mmath-math500").reward == pytest.approx(1.1)
 
 
 def test_an_operational_failure_has_no_reward_rather_than_zero(episode):
@@ -42,7 +43,7 @@ def test_an_operational_failure_has_no_reward_rather_than_zero(episode):
     trace = episode["traces"][0]
     trace.update(ok=False, stop_condition="provider_error", rewards={}, calls=[])
     trace["errors"] = [{"type": "ProviderError", "message": "All connection attempts failed"}]
-    outcome = episode_outcome(episode)
+    outcome = episode_outcome(episode, taskset="mmath-math500")
     assert (outcome.ok, outcome.reward) == (False, None)
     assert "All connection attempts failed" in outcome.error
 
@@ -72,7 +73,7 @@ def test_a_stage_deadline_is_an_operational_failure_although_verifiers_says_ok(e
     # verifiers 0.4.0 leaves ok=true and reward 0 on a trace whose stage deadline expired
     trace = episode["traces"][0]
     trace.update(is_timeout=True, stop_condition=f"{stage}_timeout", rewards={"correct": {"score": 0.0}})
-    outcome = episode_outcome(episode)
+    outcome = episode_outcome(episode, taskset="mmath-math500")
     assert (outcome.ok, outcome.reward) == (False, None)
     assert f"{stage}_timeout" in outcome.error
 
@@ -80,14 +81,14 @@ def test_a_stage_deadline_is_an_operational_failure_although_verifiers_says_ok(e
 def test_an_episode_deadline_and_an_error_stop_are_operational_failures(episode):
     timed_out = copy.deepcopy(episode)
     timed_out["is_timeout"] = True
-    assert not episode_outcome(timed_out).ok and "deadline" in episode_outcome(timed_out).error
+    assert not episode_outcome(timed_out, taskset="mmath-math500").ok and "deadline" in episode_outcome(timed_out, taskset="mmath-math500").error
     errored = copy.deepcopy(episode)
     errored["traces"][0]["stop_condition"] = "sandbox_error"
-    assert not episode_outcome(errored).ok
+    assert not episode_outcome(errored, taskset="mmath-math500").ok
 
 
 def test_the_start_of_the_first_trace_is_the_dispatch_order(episode):
-    assert episode_outcome(episode).started_at == episode["traces"][0]["timing"]["start"]
+    assert episode_outcome(episode, taskset="mmath-math500").started_at == episode["traces"][0]["timing"]["start"]
 
 
 def test_a_line_still_being_written_is_not_an_episode(tmp_path, episode):
@@ -96,3 +97,31 @@ def test_a_line_still_being_written_is_not_an_episode(tmp_path, episode):
     path.write_text(whole + "\n" + whole[:100])
     result = summarize_traces(path, name="t", taskset_id="t", max_tokens=24)
     assert result.rollouts == 1
+
+
+@pytest.mark.parametrize("rewards", [{}, {"correct": None}, {"correct": {"score": 1.0}, "format": None}])
+def test_an_ok_episode_whose_scorer_never_ran_is_an_operational_failure_not_a_wrong_answer(episode, rewards):
+    # verifiers 0.4: a None reward means scoring did not run; an ok episode without one measured nothing
+    episode["traces"][0]["rewards"] = rewards
+    outcome = episode_outcome(episode, taskset="mmath-math500")
+    assert (outcome.ok, outcome.reward) == (False, None)
+    assert "scorer never ran" in outcome.error
+
+
+def test_an_ok_episode_without_a_trace_is_an_operational_failure(episode):
+    episode["traces"] = []
+    outcome = episode_outcome(episode, taskset="mmath-math500")
+    assert (outcome.ok, outcome.reward) == (False, None) and "no trace" in outcome.error
+
+
+def test_a_task_without_a_key_is_refused_with_its_tasksets_name(tmp_path, episode):
+    keyed = copy.deepcopy(episode)
+    for task in (episode["task"], (unkeyed := copy.deepcopy(episode))["task"]):
+        task.pop("key", None)
+        task.pop("hash", None)
+    path = tmp_path / "traces.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in (keyed, episode, unkeyed)))
+    with pytest.raises(TasksetRunError, match="taskset mmath-math500: an episode's task has no key"):
+        summarize_traces(path, name="mmath-math500", taskset_id="eval-mmath", max_tokens=24)
+    with pytest.raises(TasksetRunError, match="taskset rg-logic"):
+        TraceTail(path, taskset="rg-logic").read()

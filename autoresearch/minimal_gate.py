@@ -5,7 +5,7 @@ interaction (a setting that was harmless only beside another). So the minimal ch
 the gate's tiers as a candidate's trial does: a fresh launch, the fidelity probes against the
 baseline's reference and noise floor, then, where the study has a task suite and fidelity passed, the
 task tier against the baseline's lazy answers (its own answers on disk under `answers/minimal-<digest>`).
-It leaves one decision row, labelled `<study>:minimal-<digest>`, and its verdict is stored with the
+It leaves one decision row, labelled `<study>:minimal-<digest>` (one that could not be judged too, with why), and its verdict is stored with the
 minimization (minimal_champion.record_gate): export writes the minimal champion only once it passed.
 A minimal champion that could not be judged (its launch failed, the suite broke) did not pass.
 
@@ -27,7 +27,7 @@ from autoresearch.judging import TierRunner
 from autoresearch.minimal_champion import record_gate
 from autoresearch.minimize import Minimization
 from autoresearch.plan import RunPlan
-from eval import EvalStore, gate_candidate
+from eval import EvalStore, gate_candidate, record_unjudged
 from eval.errors import EvalError
 from eval.fidelity import measure_fidelity
 from serving.errors import LaunchError
@@ -53,6 +53,7 @@ def gate_minimal(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalS
     baseline = load_baseline(study, store, db, plan.study_name)
     if baseline is None:  # a champion implies a measured baseline; a study without one cannot judge anything
         raise BaselineFailed("the baseline's evidence is missing: the minimal champion cannot be judged")
+    gate = None
     try:
         with contextlib.ExitStack() as stack:
             server = stack.enter_context(plan.server_spec.launch(config, name))
@@ -66,7 +67,13 @@ def gate_minimal(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalS
                                      fidelity=fidelity, server=server, release=stack.close, name=name)
     except (LaunchError, EvalError, BaselineFailed) as exc:
         log.error("the minimal champion could not be judged: %s", exc)
-        verdict = {"passed": False, "reason": f"it could not be judged: {type(exc).__name__}: {exc}"}
+        reason = f"{type(exc).__name__}: {exc}"
+        unjudged = record_unjudged(store, model_manifest_hash=plan.model.manifest_hash, candidate_label=label,
+                                   baseline_label=baseline.label, policy=plan.gate_policy, reason=reason,
+                                   stage="fidelity" if gate is None else "tasks",
+                                   fidelity=gate.decision.fidelity if gate is not None else None,
+                                   replace_id=gate.decision_id if gate is not None else None)
+        verdict = {"passed": False, "decision_id": unjudged.decision_id, "reason": f"it could not be judged: {reason}"}
     else:
         tiers = "fidelity and tasks" if tier is not None else "fidelity"
         verdict = {"passed": gate.decision.passed, "decision_id": gate.decision_id,

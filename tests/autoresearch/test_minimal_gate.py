@@ -120,6 +120,32 @@ def test_a_minimal_champion_whose_launch_fails_did_not_pass(env, monkeypatch):
     assert not verdict["passed"] and verdict["reason"].startswith("it could not be judged: ServerCrashed: exited with -11")
     assert labels == []  # nothing was measured, and nothing claims it was
     assert env.study.user_attrs[MINIMIZATION_ATTR]["extra"]["gate"]["passed"] is False
+    # before: no decision row at all; now its one row says it could not be judged, and why
+    [row] = [d for d in env.store.decision_rows() if d["candidate_label"].endswith(f"minimal-{result.minimal.digest[:12]}")]
+    assert row["id"] == verdict["decision_id"] and not row["passed"] and row["failed_stage"] == "fidelity"
+    assert row["reasons"] == ["fidelity could not be judged: ServerCrashed: exited with -11"]
+
+
+class _TierThatCannotLaunch:
+    """The task tier's seam, whose baseline server for the lazy answers fails to launch."""
+
+    def judge(self, study, *, trial, label, config, baseline, fidelity, server, release, name):
+        release()
+        raise ServerCrashed("the baseline's server for the answers exited with -9", log_tail="Killed")
+
+
+def test_a_minimal_champion_whose_task_tier_cannot_launch_leaves_one_row_saying_why(env, monkeypatch):
+    """Before: fidelity passed (its row not saved, as a tier followed), the tier failed to launch: no row at all."""
+    monkeypatch.setattr("autoresearch.servers.serve", FakeLauncher().serve)
+    labels = _scripted_fidelity(env, monkeypatch, LOSSLESS)
+    result = _minimized(env, {"max_chunk_size": 4096, "prefill_cooldown": 3}, {"max_chunk_size": 4096})
+
+    verdict = gate_minimal(env.plan, env.study, env.db, env.store, _TierThatCannotLaunch(), result)
+
+    [row] = [d for d in env.store.decision_rows() if d["candidate_label"] == labels[0]]
+    assert not verdict["passed"] and verdict["decision_id"] == row["id"]
+    assert not row["passed"] and row["failed_stage"] == "tasks" and row["evidence"]["fidelity"]["passed"]
+    assert "tasks could not be judged: ServerCrashed: the baseline's server" in row["reasons"][0]
 
 
 class _Tier:

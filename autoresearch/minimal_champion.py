@@ -119,7 +119,10 @@ def minimize_champion(plan: RunPlan, study: optuna.Study, db: ResultsDB, champio
     hybrid = model_is_hybrid(study)
     if config.engine == "exllamav3" and not to_tabbyapi(result.minimal, model_path=plan.model.path,
                                                         hybrid=hybrid).equivalent:
-        extra["tabbyapi_subset"] = _tabbyapi_subset(config, result.minimal, measure, launches, hybrid=hybrid)
+        extra["tabbyapi_subset"] = subset = _tabbyapi_subset(config, result.minimal, measure, launches, hybrid=hybrid)
+        judged = ((stored or {}).get("extra", {}).get("tabbyapi_subset") or {})
+        if judged.get("gate") is not None and judged.get("digest") == subset["digest"]:
+            subset["gate"] = judged["gate"]  # replayed to the same subset: judged once, not again
     result = dataclasses.replace(result, extra=extra)
     study.set_user_attr(MINIMIZATION_ATTR, result.to_dict() | {"champion_digest": config.digest,
                                                                "request_mix": mix.to_dict()})
@@ -165,17 +168,26 @@ def _tabbyapi_subset(champion: ServingConfig, minimal: ServingConfig, measure: _
     return {**best, "tried": tried, "chosen": chosen}
 
 
-def record_gate(study: optuna.Study, *, passed: bool, reason: str, decision_id: int | None = None) -> None:
-    """Store the minimal champion's gate verdict (autoresearch.minimal_gate judges it like any candidate; its
-    decision row is `decision_id`); export writes it once passed.
+def record_gate(study: optuna.Study, *, passed: bool, reason: str, decision_id: int | None = None,
+                of: str = "minimal") -> None:
+    """Store a gate verdict (autoresearch.minimal_gate judges like any candidate; its decision row is
+    `decision_id`) with the minimization: of the minimal champion, which export writes once passed, or
+    (`of="tabbyapi_subset"`) of the subset TabbyAPI runs, which export states.
 
     Raises:
-        ValueError: the study has no minimization to record a verdict for.
+        ValueError: the study has no minimization (or no TabbyAPI subset) to record a verdict for.
     """
     stored = study.user_attrs.get(MINIMIZATION_ATTR)
     if not stored:
         raise ValueError("the study has no minimal champion: nothing to record a gate verdict for")
     stored = dict(stored)
     verdict = {"passed": passed, "reason": reason} | ({"decision_id": decision_id} if decision_id is not None else {})
-    stored["extra"] = {**stored.get("extra", {}), "gate": verdict}
+    extra = dict(stored.get("extra", {}))
+    if of == "tabbyapi_subset":
+        if not extra.get("tabbyapi_subset"):
+            raise ValueError("the minimization measured no TabbyAPI subset: nothing to record a gate verdict for")
+        extra["tabbyapi_subset"] = {**extra["tabbyapi_subset"], "gate": verdict}
+    else:
+        extra["gate"] = verdict
+    stored["extra"] = extra
     study.set_user_attr(MINIMIZATION_ATTR, stored)

@@ -199,3 +199,24 @@ def test_with_a_suite_a_fidelity_failure_is_the_last_tier_and_saves_the_one_row(
 
     assert tier.calls == [] and not verdict["passed"]
     assert len([d for d in env.store.decision_rows() if d["candidate_label"] == labels[0]]) == 1
+
+
+def test_the_tabbyapi_subset_export_writes_is_judged_like_a_candidate_and_its_verdict_stored(env, monkeypatch):
+    """Before: the subset TabbyAPI runs (the settings it cannot express dropped) was measured for speed only."""
+    from autoresearch.minimal_gate import gate_tabbyapi_subset
+
+    monkeypatch.setattr("autoresearch.servers.serve", FakeLauncher().serve)
+    labels = _scripted_fidelity(env, monkeypatch, BROKEN)  # the dropped setting was holding the model together
+    result = _minimized(env, {"max_chunk_size": 4096, "prefill_cooldown": 3}, {"max_chunk_size": 4096})
+    subset = config_from_params(env.space, env.params({"prefill_cooldown": 3}))
+    stored = env.study.user_attrs[MINIMIZATION_ATTR]
+    env.study.set_user_attr(MINIMIZATION_ATTR, {**stored, "extra": {"tabbyapi_subset": {
+        "of": "minimal", "digest": subset.digest, "config": subset.to_dict(), "cost": None}}})
+    result = Minimization.from_dict(env.study.user_attrs[MINIMIZATION_ATTR])
+
+    verdict = gate_tabbyapi_subset(env.plan, env.study, env.db, env.store, None, result)
+
+    assert labels == [f"stages:tabbyapi-{subset.digest[:12]}"] and not verdict["passed"]
+    [row] = [d for d in env.store.decision_rows() if d["candidate_label"] == labels[0]]
+    assert row["id"] == verdict["decision_id"] and row["failed_stage"] == "fidelity"
+    assert env.study.user_attrs[MINIMIZATION_ATTR]["extra"]["tabbyapi_subset"]["gate"] == verdict

@@ -1,7 +1,10 @@
 """The champion as a serving config (this project's, or TabbyAPI's config.yml + exl3.env); regenerating RESULTS.md.
 
 `export` writes the minimal champion (autoresearch.minimize) once it has passed the gate, else the
-confirmed champion; `--full-champion` always writes the confirmed one."""
+confirmed champion; `--full-champion` always writes the confirmed one. The TabbyAPI export says, in its
+files' header and on the terminal, whether what TabbyAPI runs passed the gate (the subset of settings
+it can express is judged by the loop like any candidate), and checks its config.yml against
+TabbyAPI's schema once written."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from autoresearch.report import write_report
 from autoresearch.request_time import ranking_label
 from autoresearch.study import model_is_hybrid
 from autoresearch.tabbyapi import TabbyExport, expressible_subset, to_tabbyapi
+from autoresearch.tabbyapi_schema import config_problems
 from eval import EvalStore
 from serving.config import ServingConfig
 
@@ -65,7 +69,7 @@ def export_champion(plan: RunPlan, out: Path | None, *, fmt: str = "serving", fu
             config = ServingConfig.from_dict(champion["config"])
             who = (f"trial {champion['trial']} (the confirmed champion: of what TabbyAPI can express, its changes "
                    "were measured faster than the minimal champion's)")
-        return _export_tabbyapi(plan, study, config, who, minimization, out or Path("tabbyapi-export"))
+        return _export_tabbyapi(plan, study, config, who, minimization, out or Path("tabbyapi-export"), champion)
     out = out or Path("champion.json")
     out.write_text(config.to_json() + "\n")
     print(f"wrote {out}: {who}, decode {champion['decode_tok_per_s']:.2f} tok/s, prefill "
@@ -75,20 +79,54 @@ def export_champion(plan: RunPlan, out: Path | None, *, fmt: str = "serving", fu
     return 0
 
 
+def _tabbyapi_gate(runs: ServingConfig, champion: dict, minimization: Minimization | None) -> tuple[bool, str]:
+    """Whether the configuration TabbyAPI runs passed the gate, and the words that say so (or why not)."""
+    if runs.digest == ServingConfig.from_dict(champion["config"]).digest:
+        return True, ("the baseline, the reference every gate judges against" if champion["is_baseline"]
+                      else "passed: it is the confirmed champion, which passed the gate before it was crowned")
+    verdicts = []
+    if minimization is not None:
+        verdicts.append((minimization.minimal.digest, minimization.extra.get("gate"), "the minimal champion"))
+        subset = minimization.extra.get("tabbyapi_subset") or {}
+        verdicts.append((subset.get("digest"), subset.get("gate"), "the TabbyAPI subset"))
+    for digest, gate, what in verdicts:
+        if digest == runs.digest and gate is not None:
+            return gate["passed"], f"{'passed' if gate['passed'] else 'FAILED'} ({what}'s gate): {gate['reason']}"
+    return False, ("NOT JUDGED: no gate judged what TabbyAPI runs (the settings it cannot express at the values it "
+                   "uses instead); a removal can expose an interaction, so its fidelity and tasks are unknown. The "
+                   "loop judges the subset it measured after minimizing; run it again to judge this one")
+
+
 def _export_tabbyapi(plan: RunPlan, study: optuna.Study, config: ServingConfig, who: str,
-                     minimization: Minimization | None, out: Path) -> int:
+                     minimization: Minimization | None, out: Path, champion: dict) -> int:
+    """Write config.yml, exl3.env and NOT-EXPRESSED.md, each saying whether what TabbyAPI runs passed the gate;
+    config.yml is read back and checked against TabbyAPI's schema (a key it does not know it drops silently).
+
+    Raises:
+        StudyError: the written config.yml holds a key or value TabbyAPI would drop or refuse.
+    """
     if config.engine != "exllamav3":
         raise StudyError(f"study {plan.study_name} ran the {config.engine} engine; TabbyAPI serves exllamav3 checkpoints")
     hybrid = model_is_hybrid(study)
     export = to_tabbyapi(config, model_path=plan.model.path, hybrid=hybrid)
+    runs = config if export.equivalent else expressible_subset(config, hybrid=hybrid)
+    passed, gate = _tabbyapi_gate(runs, champion, minimization)
     out.mkdir(parents=True, exist_ok=True)
-    head = f"# {who} of study {plan.study_name}, exported by `python -m autoresearch export --format tabbyapi`\n"
+    head = (f"# {who} of study {plan.study_name}, exported by `python -m autoresearch export --format tabbyapi`\n"
+            f"# gate of what TabbyAPI runs (config digest {runs.digest[:12]}): {gate}\n")
     (out / "config.yml").write_text(head + yaml.safe_dump(export.config, sort_keys=False))
+    problems = config_problems(yaml.safe_load((out / "config.yml").read_text()))
+    if problems:
+        raise StudyError(f"{out}/config.yml holds what TabbyAPI would drop or refuse: {'; '.join(problems)}")
     (out / "exl3.env").write_text(head + "".join(f"{k}={v}\n" for k, v in export.env.items()))
     lines = _not_expressed(export, config, minimization, hybrid=hybrid)
-    (out / "NOT-EXPRESSED.md").write_text(f"# What TabbyAPI cannot express of {who}\n\n" + "\n".join(lines) + "\n")
+    (out / "NOT-EXPRESSED.md").write_text(f"# What TabbyAPI cannot express of {who}\n\n" + "\n".join(lines)
+                                          + f"\n\nGate of what TabbyAPI runs: {gate}\n")
     print(f"wrote {out}/config.yml, {out}/exl3.env and {out}/NOT-EXPRESSED.md: {who}")
     print("\n".join(lines))
+    print(f"gate of what TabbyAPI runs: {gate}")
+    if not passed:
+        print(f"warning: {out}/config.yml has not passed the gate: {gate}", file=sys.stderr)
     print(f"serve it: cp {out}/config.yml <tabbyAPI>/config.yml && env $(grep -v '^#' {out}/exl3.env | xargs) "
           "python main.py")
     return 0

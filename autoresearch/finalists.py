@@ -2,19 +2,23 @@
 
 The best of many noisy search measurements is biased upward (the optimizer's curse), so search
 repeats do not count here: the top feasible configurations and the baseline are each launched
-`finalist_launches` times, interleaved (baseline, A, B, baseline, A, B, ...), and the champion is
-the finalist that bench's rule calls faster than the baseline on at least one objective point and
-slower on none, ranked by the study's one number (autoresearch.ranking: the request-time speed-up,
-or the geometric mean of the two speed-ups in a study stored before it), on each point's median over
-its launches. A launch that left any objective point unmeasured does not count; a finalist that
-cannot be compared on every point is not confirmed. Where the task tier is pending (--task-tier-scope
-finalists, the default), the finalists confirmed faster are judged on it fastest first until one
-passes, and only that one can be crowned. If none qualifies, the baseline stays.
+`finalist_launches` times, interleaved (baseline, A, B, baseline, A, B, ...), and a finalist is
+confirmed only when autoresearch.faster calls it faster than the baseline: the study's one number
+(autoresearch.ranking: the request-time speed-up, or the geometric mean of the two speed-ups in a
+study stored before it), from each launch, above 1 beyond the launch-to-launch noise (an interval,
+not a point), and slower on no objective point beyond its floor. The champion is the confirmed
+finalist with the best speed-up, each side's median over its launches. A launch that left any
+objective point unmeasured does not count; a finalist that cannot be compared on every point is not
+confirmed. A finalist neither shown faster nor slower is "not shown faster": the baseline keeps the
+crown, and the verdict says by how much (the interval). Where the task tier is pending
+(--task-tier-scope finalists, the default), the finalists confirmed faster are judged on it fastest
+first until one passes, and only that one can be crowned. If none qualifies, the baseline stays.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import statistics
 import threading
@@ -29,8 +33,15 @@ from autoresearch.baseline import stored_speed_floor
 from autoresearch.db import ResultsDB
 from autoresearch.drift import Limits, conditions, read_readings, round_drift
 from autoresearch.errors import ConfirmedElsewhere, Unmeasured
+from autoresearch.faster import judge_speed
 from autoresearch.judging import PENDING
-from autoresearch.objectives import objective_metrics, objectives_from_bench, speedup_score
+from autoresearch.objectives import (
+    PREFILL_RATE,
+    decode_weights,
+    geometric_mean,
+    objective_metrics,
+    objectives_from_bench,
+)
 from autoresearch.plan import RunPlan, worker_gone, worker_name
 from autoresearch.ranking import Ranking
 from autoresearch.request_time import GEOMEAN, RANKED_BY, RequestMix, median_headline
@@ -40,7 +51,8 @@ from openai_client import ClientError
 from search_space import SearchSpace, config_from_params
 from serving.errors import LaunchError
 
-__all__ = ["Champion", "confirm_finalists", "feasible_front", "judge_finalist", "load_champion", "median_objectives",
+__all__ = ["Champion", "confirm_finalists", "feasible_front", "judge_finalist", "launch_time", "load_champion", "time_floor",
+           "median_objectives",
            "select_finalists", "settled_trials"]
 
 log = logging.getLogger(__name__)
@@ -58,6 +70,7 @@ class Champion:
     decode_speedup: float | None = None  # each rate's own speed-up, beside it (None: stored before they were)
     prefill_speedup: float | None = None
     ranked_by: str = GEOMEAN  # a champion stored before request time ranked was ranked by the geometric mean
+    speed: dict | None = None  # autoresearch.faster's verdict on the launches (interval, margin); None: older, or the baseline
 
 
 def feasible_front(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -183,7 +196,7 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
             best = Champion(trial=t.number, config=t.user_attrs["config"], decode_tok_per_s=verdict["decode"],
                             prefill_tok_per_s=verdict["prefill"], speedup=verdict["speedup"], is_baseline=False,
                             decode_speedup=verdict["decode_speedup"], prefill_speedup=verdict["prefill_speedup"],
-                            ranked_by=verdict["ranked_by"])
+                            ranked_by=verdict["ranked_by"], speed=verdict["speed"])
     add_finalist(trial=baseline.number, config_digest=baseline.user_attrs["config_digest"], decode=base_values[0],
                  prefill=base_values[1], verdict={"baseline": True, "launches": len(base_runs),
                                                   "noise_floor": floor.to_dict() if floor else None,
@@ -195,9 +208,13 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
                         prefill_speedup=1.0, ranked_by=ranking.ranked_by)
         reason = "no finalist was confirmed faster than the baseline in fresh launches" + \
             (" and passed its task tier" if any("task_tier" in v for v in verdicts.values()) else "")
+        closest = max((t for t in finalists if verdicts[t.number].get("speed")),
+                      key=lambda t: verdicts[t.number]["speedup"], default=None)
+        if closest is not None:
+            reason += f" (closest, trial {closest.number}: {verdicts[closest.number]['reason']})"
     else:
         launches = "1 fresh launch" if plan.finalist_launches == 1 else f"{plan.finalist_launches} fresh launches"
-        reason = f"confirmed in {launches} against the baseline"
+        reason = f"confirmed in {launches} against the baseline, {verdicts[best.trial]['reason']}"
     if not db.finish(**claim, finalist_rows=rows):  # the claim is checked in the transaction that writes the round
         raise taken_over
     study.set_user_attr(_CHAMPION, best.__dict__ | {"reason": reason, "round": round_, "trials_at": len(trials),
@@ -276,33 +293,52 @@ def median_objectives(runs: list[BenchResult]) -> tuple[float, float]:
     return statistics.median(v[0] for v in values), statistics.median(v[1] for v in values)
 
 
+def launch_time(result: BenchResult, mix: RequestMix | None) -> float:
+    """One launch's time by the study's one number: the workload's mean request time on `mix`, or without a
+    mix (a study ranked by the geometric mean) 1 / sqrt(decode x prefill), whose ratio is that mean."""
+    if mix is None:
+        decode, prefill = objectives_from_bench(result)
+        return 1 / math.sqrt(decode * prefill)
+    return mix.time_s(result.headline())
+
+
+def time_floor(floor: NoiseFloor, baseline: list[BenchResult], mix: RequestMix | None) -> float:
+    """The launch time's noise floor from the points' (every objective point present in `floor`): how much
+    longer the baseline's median launch takes with every point slower by its floor at once."""
+    if mix is None:  # 1 / sqrt(decode x prefill), each objective a (weighted) geometric mean of its points
+        weights = decode_weights(baseline[0])
+        decode = geometric_mean((1 + floor.of(m) for m in weights), weights.values())
+        prefill = geometric_mean(1 + floor.of(str(p.metric(PREFILL_RATE))) for p in baseline[0].prefill)
+        return math.sqrt(decode * prefill) - 1
+    headline = median_headline(r.headline() for r in baseline)
+    return mix.time_s({k: v / (1 + (floor.of(k) or 0.0)) for k, v in headline.items()}) / mix.time_s(headline) - 1
+
+
 def judge_finalist(baseline: list[BenchResult], candidate: list[BenchResult], *, floor: NoiseFloor | None,
                    mix: RequestMix | None) -> dict:
     """A finalist's verdict against the baseline's launches, as plain JSON data for ar_finalists.
 
-    Qualified: called faster on at least one objective point and slower on none by bench's rule,
-    with every point compared (one that either side lacks makes the finalist not comparable).
-    Its `speedup` is the request-time speed-up on `mix` (each point's median over the launches), or
-    without a mix (a study ranked by the geometric mean) the geometric mean of the two speed-ups.
+    Qualified: autoresearch.faster calls it faster (the speed-up from each launch above 1 beyond the
+    noise, and slower on no point by bench's rule), with every point compared (one that either side
+    lacks makes the finalist not comparable). Its `speedup` is the request-time speed-up on `mix`, or
+    without a mix (a study ranked by the geometric mean) the geometric mean of the two speed-ups, of
+    each side's median launch; `speed` holds its interval and margin.
     """
     base_values, values = median_objectives(baseline), median_objectives(candidate)
     common = {"decode": values[0], "prefill": values[1], "baseline_values": list(base_values),
               "launches": len(candidate), "decode_speedup": values[0] / base_values[0],
               "prefill_speedup": values[1] / base_values[1], "ranked_by": GEOMEAN if mix is None else RANKED_BY}
+    metrics = objective_metrics(baseline[0])
     try:
-        comparisons = compare(_pooled(baseline), _pooled(candidate), noise_floor=floor,
-                              metrics=objective_metrics(baseline[0]))
-    except MissingMetric as exc:
+        comparisons = compare(_pooled(baseline), _pooled(candidate), noise_floor=floor, metrics=metrics)
+        base_times = [launch_time(r, mix) for r in baseline]
+        times = [launch_time(r, mix) for r in candidate]
+    except (MissingMetric, Unmeasured) as exc:
         return {**common, "qualified": False, "speedup": None, "reason": f"not comparable: {exc}"}
-    faster = [c.metric for c in comparisons if c.verdict == "faster"]
-    slower = [c.metric for c in comparisons if c.verdict == "slower"]
-    qualified = bool(faster) and not slower
-    reason = (f"faster on {', '.join(faster)}" if qualified else
-              f"slower on {', '.join(slower)}" if slower else "not called faster on any point")
-    speedup = speedup_score(values, base_values) if mix is None else \
-        mix.speedup(median_headline(r.headline() for r in baseline), median_headline(r.headline() for r in candidate))
-    return {**common, "qualified": qualified, "speedup": speedup, "reason": reason,
-            "comparisons": [c.to_dict() for c in comparisons]}
+    floor_rel = time_floor(floor, baseline, mix) if floor is not None else None
+    speed = judge_speed(base_times, times, floor_rel=floor_rel, points=comparisons)
+    return {**common, "qualified": speed.faster, "speedup": speed.speedup, "speed": speed.to_dict(),
+            "reason": speed.text(), "comparisons": [c.to_dict() for c in comparisons]}
 
 
 def load_champion(study: optuna.Study) -> dict | None:

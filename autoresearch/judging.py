@@ -21,7 +21,7 @@ from autoresearch.db import ResultsDB
 from autoresearch.errors import BaselineFailed
 from autoresearch.plan import RunPlan
 from autoresearch.task_tier import Judgment, TaskTier
-from eval import EvalStore, gate_candidate
+from eval import EvalStore, gate_candidate, record_unjudged
 from eval.errors import EvalError
 from eval.fidelity import FidelityMeasurement, load_fidelity_measurement
 from eval.gate import GateRecord
@@ -123,7 +123,12 @@ class TierRunner:
                 replace_id=t.user_attrs.get("gate_decision_id"))
         except (BaselineFailed, EvalError, LaunchError) as exc:
             log.error("the task tier could not judge trial %d: %s", t.number, exc)
-            return {"passed": False, "reasons": [f"{type(exc).__name__}: {exc}"]}
+            reason = f"{type(exc).__name__}: {exc}"  # its one decision row says so, in place of fidelity's pass
+            row = record_unjudged(self.store, model_manifest_hash=self.plan.model.manifest_hash,
+                                  candidate_label=t.user_attrs["gate_label"], baseline_label=f"{self.plan.study_name}:baseline",
+                                  policy=self.plan.gate_policy, stage="tasks", reason=reason,
+                                  replace_id=t.user_attrs.get("gate_decision_id"))
+            return {"passed": False, "decision_id": row.decision_id, "reasons": [reason]}
         return {"passed": gate.decision.passed, "decision_id": gate.decision_id,
                 "reasons": list(gate.decision.reasons),
                 "tasksets": [{"name": v.name, "decision": v.decision, "tasks_used": v.tasks_used, "lost": v.lost,

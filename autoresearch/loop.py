@@ -16,7 +16,7 @@ from autoresearch.finalists import confirm_finalists, feasible_front
 from autoresearch.judging import JUDGED
 from autoresearch.logs import log_to_file
 from autoresearch.minimal_champion import minimize_champion
-from autoresearch.minimal_gate import gate_minimal
+from autoresearch.minimal_gate import gate_minimal, gate_tabbyapi_subset
 from autoresearch.night import announce_plan
 from autoresearch.plan import RunPlan
 from autoresearch.preflight import preflight
@@ -161,6 +161,10 @@ def _run(plan: RunPlan, space) -> int:
             minimization = minimize_champion(plan, study, db, champion)
             progress.stage("gating the minimal champion")
             verdict = gate_minimal(plan, study, db, store, runner.tier, minimization)
+            if minimization.extra.get("tabbyapi_subset"):  # what `export --format tabbyapi` writes, judged alike
+                progress.stage("gating the TabbyAPI subset")
+                subset = gate_tabbyapi_subset(plan, study, db, store, runner.tier, minimization)
+                print(f"TabbyAPI subset: gate {'passed' if subset['passed'] else 'failed'}: {subset['reason']}")
             write_report(plan, study, db, store)
             print(f"minimal champion: {len(minimization.kept)} of {len(minimization.changes)} changes kept "
                   f"({minimization.launches} launches of at most {minimization.bound}); gate "

@@ -20,7 +20,7 @@ import logging
 
 import optuna
 
-from autoresearch.change_costs import MINIMIZATION_ATTR, MINIMIZE_KIND
+from autoresearch.change_costs import MINIMIZATION_ATTR, MINIMIZE_KIND, signed_change
 from autoresearch.db import ResultsDB
 from autoresearch.errors import Unmeasured
 from autoresearch.finalists import Champion
@@ -119,7 +119,10 @@ def minimize_champion(plan: RunPlan, study: optuna.Study, db: ResultsDB, champio
     hybrid = model_is_hybrid(study)
     if config.engine == "exllamav3" and not to_tabbyapi(result.minimal, model_path=plan.model.path,
                                                         hybrid=hybrid).equivalent:
-        extra["tabbyapi_subset"] = _tabbyapi_subset(config, result.minimal, measure, launches, hybrid=hybrid)
+        extra["tabbyapi_subset"] = subset = _tabbyapi_subset(config, result.minimal, measure, launches, hybrid=hybrid)
+        judged = ((stored or {}).get("extra", {}).get("tabbyapi_subset") or {})
+        if judged.get("gate") is not None and judged.get("digest") == subset["digest"]:
+            subset["gate"] = judged["gate"]  # replayed to the same subset: judged once, not again
     result = dataclasses.replace(result, extra=extra)
     study.set_user_attr(MINIMIZATION_ATTR, result.to_dict() | {"champion_digest": config.digest,
                                                                "request_mix": mix.to_dict()})
@@ -131,8 +134,10 @@ def _tabbyapi_subset(champion: ServingConfig, minimal: ServingConfig, measure: _
     """What TabbyAPI should run of a champion it cannot fully express: the expressible subset of the minimal
     champion, or of the confirmed one where that differs (the minimal champion's removals were judged with the
     settings TabbyAPI lacks in place: without them, a removed change can be worth keeping again), each
-    measured in fresh launches interleaved with the champion's; the one with the shorter request time (the
-    minimal champion's on a tie). Returns its digest, config and cost, and every subset tried."""
+    measured in fresh launches interleaved with the champion's. The confirmed champion's subset is chosen only
+    when autoresearch.faster calls it faster than the minimal champion's (their own launches, the minimal's as
+    the reference); otherwise the minimal champion's. Returns its digest, config, cost and `chosen` (why), and
+    every subset tried."""
     subsets = {"minimal": expressible_subset(minimal, hybrid=hybrid)}
     full = expressible_subset(champion, hybrid=hybrid)
     if full.digest != subsets["minimal"].digest:
@@ -145,28 +150,44 @@ def _tabbyapi_subset(champion: ServingConfig, minimal: ServingConfig, measure: _
         for of, subset in subsets.items():
             runs[of].append(measure(subset, f"{labels[of]}/{i}"))
     champ = [x for x in champ if x]
+    done = {of: [x for x in launched if x] for of, launched in runs.items()}
     tried = []
     for of, subset in subsets.items():
-        done = [x for x in runs[of] if x]
-        cost = judge(champ, done) if champ and done else None
+        cost = judge(champ, done[of]) if champ and done[of] else None
         tried.append({"of": of, "digest": subset.digest, "config": subset.to_dict(),
                       "cost": cost.to_dict() if cost else None})
-    measured = [t for t in tried if t["cost"]]
-    best = max(measured, key=lambda t: t["cost"]["request"][0]) if measured else tried[0]
-    return {**best, "tried": tried}
+    best, chosen = tried[0], "the minimal champion's: no other subset"
+    if len(tried) > 1 and done["minimal"] and done["champion"]:
+        versus = judge(done["minimal"], done["champion"])  # the champion's subset against the minimal's
+        words = {"faster": "faster", "slower": "slower", "same": "not shown faster"}[versus.verdict]
+        chosen = (f"the confirmed champion's subset is {words} than the minimal champion's: request time "
+                  f"{signed_change(versus.request, time=True)}")
+        best = tried[1] if versus.verdict == "faster" else tried[0]
+    elif len(tried) > 1 and done["champion"] and not done["minimal"]:
+        best, chosen = tried[1], "the minimal champion's subset was never measured"
+    return {**best, "tried": tried, "chosen": chosen}
 
 
-def record_gate(study: optuna.Study, *, passed: bool, reason: str, decision_id: int | None = None) -> None:
-    """Store the minimal champion's gate verdict (autoresearch.minimal_gate judges it like any candidate; its
-    decision row is `decision_id`); export writes it once passed.
+def record_gate(study: optuna.Study, *, passed: bool, reason: str, decision_id: int | None = None,
+                of: str = "minimal") -> None:
+    """Store a gate verdict (autoresearch.minimal_gate judges like any candidate; its decision row is
+    `decision_id`) with the minimization: of the minimal champion, which export writes once passed, or
+    (`of="tabbyapi_subset"`) of the subset TabbyAPI runs, which export states.
 
     Raises:
-        ValueError: the study has no minimization to record a verdict for.
+        ValueError: the study has no minimization (or no TabbyAPI subset) to record a verdict for.
     """
     stored = study.user_attrs.get(MINIMIZATION_ATTR)
     if not stored:
         raise ValueError("the study has no minimal champion: nothing to record a gate verdict for")
     stored = dict(stored)
     verdict = {"passed": passed, "reason": reason} | ({"decision_id": decision_id} if decision_id is not None else {})
-    stored["extra"] = {**stored.get("extra", {}), "gate": verdict}
+    extra = dict(stored.get("extra", {}))
+    if of == "tabbyapi_subset":
+        if not extra.get("tabbyapi_subset"):
+            raise ValueError("the minimization measured no TabbyAPI subset: nothing to record a gate verdict for")
+        extra["tabbyapi_subset"] = {**extra["tabbyapi_subset"], "gate": verdict}
+    else:
+        extra["gate"] = verdict
+    stored["extra"] = extra
     study.set_user_attr(MINIMIZATION_ATTR, stored)

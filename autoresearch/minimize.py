@@ -5,8 +5,8 @@ along. Ranking round: the champion and each single removal (that setting back at
 value, with the settings that only apply with it) are launched `launches` times, interleaved; a
 removal's cost is its request time against the champion's. Then, cheapest removal first, each one
 is tried on the configuration reached so far, in fresh launches interleaved with fresh launches of
-the champion, and kept out unless bench's rule calls the result slower than the champion on request
-time. A change that stayed in is tried again once a later removal changed the configuration it was
+the champion, and kept out unless autoresearch.faster's rule calls the result slower than the champion
+(request time beyond its noise, or decode or prefill beyond theirs). A change that stayed in is tried again once a later removal changed the configuration it was
 tried on, so the stop rule holds at the end: removing any change still in makes it measurably slower.
 
 The bound: a ranking round of launches x (n + 1) launches and at most 2n attempts of 2 x launches
@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoresearch.errors import AutoresearchError
-from bench.stats import DifferenceRule, compare_one
+from autoresearch.faster import judge_speed, request_floor
+from bench.stats import Comparison, DifferenceRule, compare_one
 from search_space.catalog import EXL3_KNOBS
 from serving.config import ServingConfig
 from serving.errors import ConfigError
@@ -35,7 +36,7 @@ __all__ = ["Change", "Cost", "Launch", "Minimization", "MinimizeError", "changes
 
 log = logging.getLogger(__name__)
 _UNSET = "(exllamav3 default)"  # an EXL3_* variable the config leaves to exllamav3
-_RULE = DifferenceRule()  # bench's own
+_RULE = DifferenceRule()  # bench's own, as autoresearch.faster's
 
 
 class MinimizeError(AutoresearchError):
@@ -204,23 +205,22 @@ def launch_bound(n_changes: int, launches: int) -> int:
 
 
 def judge(champion: Sequence[Launch], candidate: Sequence[Launch], rule: DifferenceRule = _RULE) -> Cost:
-    """The candidate against the champion's launches of the same round, by bench's rule on each objective.
+    """The candidate against the champion's launches of the same round, by autoresearch.faster's rule: request
+    time beyond its noise, decode and prefill each beyond theirs. The noise floors are the champion's own
+    launch-to-launch differences (its first two launches), as the finalists' are the baseline's; with one
+    launch none is known (the rule's minimum effect)."""
+    def points(rates: Callable[[Launch], float], name: str) -> Comparison:
+        ref = [rates(x) for x in champion]
+        return compare_one(name, ref, [rates(x) for x in candidate], rule=rule, floor_rel=request_floor(ref))
 
-    The noise floor is the champion's own launch-to-launch difference in request time (its first two
-    launches), as the finalists' floor is the baseline's; with one launch none is known.
-    """
-    floor = None
-    if len(champion) > 1:
-        floor = abs(champion[1].request_time_s / champion[0].request_time_s - 1)
-
-    def ratio(rates: Callable[[Launch], float], floor_rel: float | None) -> tuple[tuple[float, float, float], str]:
-        c = compare_one("x", [rates(x) for x in champion], [rates(x) for x in candidate], rule=rule, floor_rel=floor_rel)
-        return (c.ratio, c.ratio_ci_low, c.ratio_ci_high), c.verdict
-
-    request, verdict = ratio(lambda x: 1 / x.request_time_s, floor)
-    decode, _ = ratio(lambda x: x.decode_tok_per_s, None)
-    prefill, _ = ratio(lambda x: x.prefill_tok_per_s, None)
-    return Cost(request=request, decode=decode, prefill=prefill, verdict=verdict, launches=len(candidate))
+    decode = points(lambda x: x.decode_tok_per_s, "decode")
+    prefill = points(lambda x: x.prefill_tok_per_s, "prefill")
+    times = [x.request_time_s for x in champion]
+    speed = judge_speed(times, [x.request_time_s for x in candidate], floor_rel=request_floor(times),
+                        points=(decode, prefill), rule=rule)
+    return Cost(request=speed.interval, decode=(decode.ratio, decode.ratio_ci_low, decode.ratio_ci_high),
+                prefill=(prefill.ratio, prefill.ratio_ci_low, prefill.ratio_ci_high), verdict=speed.verdict,
+                launches=len(candidate))
 
 
 def _round(measure: Measure, champion: ServingConfig, others: list[tuple[str, ServingConfig]], launches: int,

@@ -304,7 +304,9 @@ def _finalist_row(f: dict, request_speedups: dict[tuple[int, int], float]) -> Fi
     if v.get("baseline") is True:  # rows of older versions hold the baseline's numbers under this key
         return FinalistRow(f["round"], f["trial"], f["decode_tok_per_s"], f["prefill_tok_per_s"], 1.0, "baseline",
                            1.0, 1.0, 1.0)
-    decision = "confirmed faster" if v.get("qualified") else v.get("reason", "not confirmed faster")
+    decision = v.get("reason", "not confirmed faster")  # with autoresearch.faster's interval, where it was judged so
+    if v.get("qualified"):  # an older row's reason named the points it was faster on
+        decision = f"confirmed {decision}" if "speed" in v else "confirmed faster"
     base = v.get("baseline_values") or v.get("baseline")  # older rows: "baseline"
     request = v.get("speedup") if v.get("ranked_by") == RANKED_BY else request_speedups.get((f["round"], f["trial"]))
     return FinalistRow(f["round"], f["trial"], f["decode_tok_per_s"], f["prefill_tok_per_s"], v.get("speedup"), decision,

@@ -4,7 +4,7 @@ TabbyAPI (theroyallab/tabbyAPI main @e632af4, `common/config_models.py`) reads i
 and passes EXL3_* variables through the process environment untouched; its load API takes no draft
 settings, so an export is a config.yml plus an environment file. Its schema is pydantic with extra
 keys ignored: a key it does not know is dropped without a word, which is why only keys its schema
-declares are written here (tests/autoresearch/fixtures/tabbyapi_config_schema.json checks them).
+declares are written here (autoresearch.tabbyapi_schema checks them, and export checks the file it wrote).
 Every setting is written out even where it equals exllamav3's default, because TabbyAPI's defaults
 are not exllamav3's (max_batch_size, output_chunking, max_seq_len, the CUDA allocator).
 

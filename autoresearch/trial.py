@@ -60,6 +60,7 @@ from eval import (
     gate_candidate,
     get_suite,
     measure_fidelity,
+    record_unjudged,
 )
 from eval.errors import EvalError, TasksetRunError
 from openai_client import ClientError
@@ -272,12 +273,23 @@ class TrialRunner:
         except TasksetRunError:
             if released or self._server_failure(server) is None:
                 raise  # the evaluator itself broke: stop and say so
+        except LaunchError as exc:  # a server the tier launched did not start: the one decision row says so
+            self._unjudged(trial, config, gate, baseline.label, f"{exc.reason}: {exc}")
+            raise
         failure = None if released else self._server_failure(server)
         if failure:  # the suite's requests died with the server: not the model's answers
+            self._unjudged(trial, config, gate, baseline.label, failure)
             record.fail("launch_ok", failure)
             return record.end(TrialOutcome.CRASHED)
         trial.set_user_attr("task_tier", JUDGED)
         return self._gated(trial, config, record, gate, *values)
+
+    def _unjudged(self, trial, config: ServingConfig, gate, baseline_label: str, reason: str) -> None:
+        """The candidate's one decision row when its task tier could not run after fidelity passed."""
+        row = record_unjudged(self.store, model_manifest_hash=self.plan.model.manifest_hash,
+                              candidate_label=self._label(trial, config), baseline_label=baseline_label,
+                              policy=self.plan.gate_policy, stage="tasks", reason=reason, fidelity=gate.decision.fidelity)
+        trial.set_user_attr("gate_decision_id", row.decision_id)
 
     def _fidelity_gate(self, trial, config: ServingConfig, baseline: BaselineEvidence, fidelity,
                        *, tiers_follow: bool):

@@ -44,7 +44,7 @@ from eval.errors import (
     TasksetRunError,
 )
 from eval.fidelity import FidelityMeasurement, capture_reference, measure_fidelity
-from eval.gate import GateRecord, gate_candidate
+from eval.gate import GateRecord, gate_candidate, record_unjudged
 from eval.probes import ProbeSet, ProbeSetConfig, build_probe_set
 from eval.records import EpisodeOutcome, FidelityMetrics, Reference, SuiteResult, TasksetResult
 from eval.runner import dry_run, preflight, run_suite
@@ -92,6 +92,7 @@ __all__ = [
     "decide_fidelity",
     "dry_run",
     "gate_candidate",
+    "record_unjudged",
     "get_suite",
     "measure_fidelity",
     "preflight",

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
-from eval.decision import GateDecision, GatePolicy, compare_taskset, decide, decide_fidelity
+from eval.decision import FidelityVerdict, GateDecision, GatePolicy, compare_taskset, decide, decide_fidelity
 from eval.errors import EvalConfigError
 from eval.fidelity import FidelityMeasurement
 from eval.records import SuiteResult
 from eval.store import EvalStore
 
-__all__ = ["GateRecord", "gate_candidate"]
+__all__ = ["GateRecord", "gate_candidate", "record_unjudged"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,4 +102,18 @@ def gate_candidate(
         },
         replace_id=replace_id,
     )
+    return GateRecord(decision_id=decision_id, decision=decision)
+
+
+def record_unjudged(store: EvalStore, *, model_manifest_hash: str, candidate_label: str, baseline_label: str,
+                    policy: GatePolicy, stage: Literal["fidelity", "tasks"], reason: str,
+                    fidelity: FidelityVerdict | None = None, replace_id: int | None = None) -> GateRecord:
+    """The one decision row of a candidate a tier could not judge (its launch failed, its suite's server died):
+    not passed, at the `stage` that could not run, with the reason, never a silent gap. `fidelity`: the
+    verdict of a fidelity tier that did run, kept as evidence; `replace_id`: in place of its earlier row."""
+    decision = GateDecision(passed=False, failed_stage=stage, reasons=(f"{stage} could not be judged: {reason}",),
+                            fidelity=fidelity, tasksets=())
+    decision_id = store.save_decision(decision, model_manifest_hash=model_manifest_hash, candidate_label=candidate_label,
+                                      baseline_label=baseline_label, policy=policy,
+                                      extra_evidence={"unjudged": reason}, replace_id=replace_id)
     return GateRecord(decision_id=decision_id, decision=decision)

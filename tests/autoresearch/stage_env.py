@@ -111,9 +111,9 @@ class StageEnv:
         return {k: v for k, v in trial.distributions.items() if k in params}
 
     def baseline_done(self, *, values: tuple[float, float] = (100.0, 1000.0),
-                      floor: dict[str, float] | None = None) -> int:
+                      floor: dict[str, float] | None = None, **attrs) -> int:
         """The baseline's trial and evidence as a finished baseline leaves them (a one-probe reference)."""
-        number = self.add_trial(None, values, role="baseline", outcome="baseline")
+        number = self.add_trial(None, values, role="baseline", outcome="baseline", **attrs)
         scores = ProbeScores(probe_id="p0", token_logprobs=(-0.1,), top=({3: -0.1},))
         probes = hashlib.sha256(self.plan.study_name.encode()).hexdigest()  # a shared database holds many studies
         reference = Reference(model_manifest_hash=self.plan.model.manifest_hash, probe_set_digest=probes, top_k=20,

@@ -120,6 +120,32 @@ def test_a_minimal_champion_whose_launch_fails_did_not_pass(env, monkeypatch):
     assert not verdict["passed"] and verdict["reason"].startswith("it could not be judged: ServerCrashed: exited with -11")
     assert labels == []  # nothing was measured, and nothing claims it was
     assert env.study.user_attrs[MINIMIZATION_ATTR]["extra"]["gate"]["passed"] is False
+    # before: no decision row at all; now its one row says it could not be judged, and why
+    [row] = [d for d in env.store.decision_rows() if d["candidate_label"].endswith(f"minimal-{result.minimal.digest[:12]}")]
+    assert row["id"] == verdict["decision_id"] and not row["passed"] and row["failed_stage"] == "fidelity"
+    assert row["reasons"] == ["fidelity could not be judged: ServerCrashed: exited with -11"]
+
+
+class _TierThatCannotLaunch:
+    """The task tier's seam, whose baseline server for the lazy answers fails to launch."""
+
+    def judge(self, study, *, trial, label, config, baseline, fidelity, server, release, name):
+        release()
+        raise ServerCrashed("the baseline's server for the answers exited with -9", log_tail="Killed")
+
+
+def test_a_minimal_champion_whose_task_tier_cannot_launch_leaves_one_row_saying_why(env, monkeypatch):
+    """Before: fidelity passed (its row not saved, as a tier followed), the tier failed to launch: no row at all."""
+    monkeypatch.setattr("autoresearch.servers.serve", FakeLauncher().serve)
+    labels = _scripted_fidelity(env, monkeypatch, LOSSLESS)
+    result = _minimized(env, {"max_chunk_size": 4096, "prefill_cooldown": 3}, {"max_chunk_size": 4096})
+
+    verdict = gate_minimal(env.plan, env.study, env.db, env.store, _TierThatCannotLaunch(), result)
+
+    [row] = [d for d in env.store.decision_rows() if d["candidate_label"] == labels[0]]
+    assert not verdict["passed"] and verdict["decision_id"] == row["id"]
+    assert not row["passed"] and row["failed_stage"] == "tasks" and row["evidence"]["fidelity"]["passed"]
+    assert "tasks could not be judged: ServerCrashed: the baseline's server" in row["reasons"][0]
 
 
 class _Tier:
@@ -173,3 +199,24 @@ def test_with_a_suite_a_fidelity_failure_is_the_last_tier_and_saves_the_one_row(
 
     assert tier.calls == [] and not verdict["passed"]
     assert len([d for d in env.store.decision_rows() if d["candidate_label"] == labels[0]]) == 1
+
+
+def test_the_tabbyapi_subset_export_writes_is_judged_like_a_candidate_and_its_verdict_stored(env, monkeypatch):
+    """Before: the subset TabbyAPI runs (the settings it cannot express dropped) was measured for speed only."""
+    from autoresearch.minimal_gate import gate_tabbyapi_subset
+
+    monkeypatch.setattr("autoresearch.servers.serve", FakeLauncher().serve)
+    labels = _scripted_fidelity(env, monkeypatch, BROKEN)  # the dropped setting was holding the model together
+    result = _minimized(env, {"max_chunk_size": 4096, "prefill_cooldown": 3}, {"max_chunk_size": 4096})
+    subset = config_from_params(env.space, env.params({"prefill_cooldown": 3}))
+    stored = env.study.user_attrs[MINIMIZATION_ATTR]
+    env.study.set_user_attr(MINIMIZATION_ATTR, {**stored, "extra": {"tabbyapi_subset": {
+        "of": "minimal", "digest": subset.digest, "config": subset.to_dict(), "cost": None}}})
+    result = Minimization.from_dict(env.study.user_attrs[MINIMIZATION_ATTR])
+
+    verdict = gate_tabbyapi_subset(env.plan, env.study, env.db, env.store, None, result)
+
+    assert labels == [f"stages:tabbyapi-{subset.digest[:12]}"] and not verdict["passed"]
+    [row] = [d for d in env.store.decision_rows() if d["candidate_label"] == labels[0]]
+    assert row["id"] == verdict["decision_id"] and row["failed_stage"] == "fidelity"
+    assert env.study.user_attrs[MINIMIZATION_ATTR]["extra"]["tabbyapi_subset"]["gate"] == verdict

@@ -119,3 +119,21 @@ def test_the_record_survives_a_round_trip():
 
     result = minimize(CHAMPION, BASELINE, ScriptedLaunches(_drafting_matters()), launches=2)
     assert Minimization.from_dict(result.to_dict()) == result
+
+
+class PrefillMatters(ScriptedLaunches):
+    """Request time alike without max_chunk_size (a decode-heavy workload), but prefill at half the rate."""
+
+    def __call__(self, config: ServingConfig, label: str) -> Launch | None:
+        got = super().__call__(config, label)
+        if "max_chunk_size" in {c.name for c in changes_of(config, CHAMPION)}:
+            return Launch(got.request_time_s, got.decode_tok_per_s, got.prefill_tok_per_s / 2)
+        return got
+
+
+def test_a_removal_slower_on_prefill_beyond_its_floor_stays_though_request_time_is_alike():
+    """Before: only request time was judged, and a removal that halved prefill went out as 'same'."""
+    result = minimize(CHAMPION, BASELINE, PrefillMatters({}), launches=2)
+    assert result.costs["max_chunk_size"].verdict == "slower" and result.costs["max_chunk_size"].prefill[2] < 1
+    assert "max_chunk_size" in result.kept
+    assert [a.reason for a in result.attempts if a.name == "max_chunk_size"][-1].startswith("kept: without it, measurably slower")

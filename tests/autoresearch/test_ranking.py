@@ -70,7 +70,7 @@ def test_the_champion_among_confirmed_finalists_follows_the_studys_number(tmp_pa
     study = _study(tmp_path, request_time=request_time)
     speeds = {0: BASE, 1: PREFILL_2X, 2: DECODE_1_1X}
 
-    def scripted_launch(plan, space, t, round_, launch, db):  # both finalists are confirmed faster
+    def scripted_launch(plan, space, t, round_, launch, db):
         decode, prefill = speeds[t.number]
         spread = (0.99, 1.0, 1.01)
         return _result({8192: [prefill * s for s in spread]}, {(1024, "math"): [decode * s for s in spread]})
@@ -84,7 +84,8 @@ def test_the_champion_among_confirmed_finalists_follows_the_studys_number(tmp_pa
     db = ResultsDB(plan.storage_url)
     won = finalists.confirm_finalists(plan, study, None, db)
     verdicts = {r["trial"]: r["verdict"] for r in db.finalists(study="s")}
-    assert verdicts[1]["qualified"] and verdicts[2]["qualified"]
+    # by request time the prefill-only finalist (76/75.5 = 1.007x) is inside the 1% minimum effect: not shown faster
+    assert verdicts[2]["qualified"] and verdicts[1]["qualified"] is (not request_time)
     assert won.trial == champion and not won.is_baseline
     assert won.ranked_by == (RANKED_BY if request_time else GEOMEAN)
     assert won.decode_speedup == pytest.approx(speeds[champion][0] / BASE[0])

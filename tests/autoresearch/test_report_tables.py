@@ -66,6 +66,22 @@ def test_the_finalists_table_shows_request_time_decode_and_prefill_side_by_side(
     assert "| - |" in render_section("finalists_table", read_finalists(finals[1:]))  # not recomputable: said, not guessed
 
 
+def test_a_finalists_decision_says_which_and_by_how_much():
+    """Before: a qualified row read "confirmed faster", with no interval, and the baseline kept the crown silently."""
+    speed = {"verdict": "faster", "speedup": 1.12, "interval": [1.08, 1.15], "margin": 0.02}
+    finals = [{"round": 1, "trial": 3, "decode_tok_per_s": 60.0, "prefill_tok_per_s": 5000.0,
+               "verdict": {"qualified": True, "speedup": 1.12, "ranked_by": "request_time", "speed": speed,
+                           "baseline_values": [50.0, 5000.0],
+                           "reason": "faster: request time 1.120x [1.080, 1.150] (margin 2.0%, 2 vs 2 launches)"}},
+              {"round": 1, "trial": 4, "decode_tok_per_s": 48.0, "prefill_tok_per_s": 8000.0,
+               "verdict": {"qualified": False, "speedup": 0.97, "ranked_by": "request_time", "speed": speed,
+                           "baseline_values": [50.0, 5000.0],
+                           "reason": "not shown faster: request time 0.970x [0.950, 0.990] (margin 4.0%, 2 vs 2 launches)"}}]
+    rows = render_section("finalists_table", read_finalists(finals)).splitlines()[-2:]
+    assert rows[0].endswith("| confirmed faster: request time 1.120x [1.080, 1.150] (margin 2.0%, 2 vs 2 launches) |")
+    assert rows[1].endswith("| not shown faster: request time 0.970x [0.950, 0.990] (margin 4.0%, 2 vs 2 launches) |")
+
+
 def test_the_task_tier_reports_every_paired_test_with_its_power(tmp_path):
     import dataclasses
 

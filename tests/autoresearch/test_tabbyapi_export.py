@@ -1,10 +1,8 @@
 """The TabbyAPI export: config.yml keys and value forms checked against TabbyAPI's own schema, encoded from its
-public source in fixtures/tabbyapi_config_schema.json (not by importing TabbyAPI), and what it cannot express."""
+public source in autoresearch/tabbyapi_config_schema.json (not by importing TabbyAPI), and what it cannot express."""
 
 from __future__ import annotations
 
-import json
-import re
 import shutil
 from pathlib import Path
 
@@ -13,36 +11,17 @@ import yaml
 
 from autoresearch.__main__ import main
 from autoresearch.tabbyapi import expressible_subset, to_tabbyapi
+from autoresearch.tabbyapi_schema import config_problems
 from serving.config import ServingConfig
 
-SCHEMA = json.loads((Path(__file__).parent / "fixtures" / "tabbyapi_config_schema.json").read_text())
 EXAMPLE = Path(__file__).parents[2] / "examples" / "real-0.5b-own-answers" / "results.db"
 MODEL = Path("/models/q27")
 
 
-def _check_value(where: str, value, spec: dict) -> None:
-    if "form" in spec:
-        spec = SCHEMA["forms"][spec["form"]]
-    kind = spec.get("type", "str")
-    ok = {"str": isinstance(value, str), "bool": isinstance(value, bool),
-          "int": isinstance(value, int) and not isinstance(value, bool),
-          "float": isinstance(value, int | float) and not isinstance(value, bool), "list": isinstance(value, list),
-          "dict": isinstance(value, dict)}[kind]
-    assert ok, f"{where}: {value!r} is not a {kind}"
-    if "enum" in spec or "pattern" in spec:
-        assert value in spec.get("enum", ()) or re.fullmatch(spec.get("pattern", "(?!)"), value), \
-            f"{where}: {value!r} is not one of {spec.get('enum')} nor matches {spec.get('pattern')}"
-    assert value >= spec.get("ge", value) and (value > spec["gt"] if "gt" in spec else True), f"{where}: {value!r} too small"
-    assert value % spec.get("multiple_of", 1) == 0 if kind == "int" else True, f"{where}: {value!r} not a multiple"
-
-
 def validate(tree: dict) -> None:
     """Every key is one TabbyAPI's schema declares (it would ignore any other silently), in its value form."""
-    for section, keys in tree.items():
-        assert section in SCHEMA["sections"], f"unknown section {section!r}"
-        for key, value in keys.items():
-            assert key in SCHEMA["sections"][section], f"{section}.{key} is not in TabbyAPI's schema"
-            _check_value(f"{section}.{key}", value, SCHEMA["sections"][section][key])
+    problems = config_problems(tree)
+    assert not problems, "; ".join(problems)
 
 
 def _config(args: dict | None = None, env: dict | None = None) -> ServingConfig:
@@ -157,10 +136,47 @@ def test_export_format_tabbyapi_writes_config_env_and_what_it_cannot_express(tmp
     tree = yaml.safe_load((tmp_path / "tabby" / "config.yml").read_text())
     validate(tree)
     assert tree["draft_model"] == {"draft_mode": "ngram", "ngram_match_min": 3, "draft_num_tokens": 10}
-    assert (tmp_path / "tabby" / "exl3.env").read_text().splitlines()[1:] == ["EXL3_INT8_GEMV=1", "EXL3_QKV_SLICE=0"]
-    printed = capsys.readouterr().out
+    assert (tmp_path / "tabby" / "exl3.env").read_text().splitlines()[2:] == ["EXL3_INT8_GEMV=1", "EXL3_QKV_SLICE=0"]
+    captured = capsys.readouterr()
+    printed = captured.out
     assert "Not equivalent" in printed and "hybrid_draft_tokens=4" in printed and "prefill_cooldown=3" in printed
     assert "Not equivalent" in (tmp_path / "tabby" / "NOT-EXPRESSED.md").read_text()
+    # before: nothing said that no gate judged the subset TabbyAPI runs (a study minimized before it was judged)
+    header = (tmp_path / "tabby" / "config.yml").read_text().splitlines()[1]
+    assert header.startswith("# gate of what TabbyAPI runs (config digest ") and ": NOT JUDGED: " in header
+    assert "has not passed the gate: NOT JUDGED" in captured.err
+
+
+def test_a_tabbyapi_config_whose_configuration_passed_its_gate_is_exported_saying_so(tmp_path, capsys):
+    """The minimal champion here is all TabbyAPI-expressible: what TabbyAPI runs is it, judged by its gate."""
+    url, _ = _with_minimization(tmp_path, gate={"passed": True, "reason": "judged as a candidate (fidelity)"})
+    assert main(["export", "--study", "drafting-eos", "--storage", url, "--format", "tabbyapi",
+                 "--out", str(tmp_path / "tabby")]) == 0
+    header = (tmp_path / "tabby" / "config.yml").read_text().splitlines()[1]
+    assert header.endswith(": passed (the minimal champion's gate): judged as a candidate (fidelity)")
+    assert "has not passed" not in capsys.readouterr().err
+
+
+def test_a_written_config_with_a_key_tabbyapi_would_drop_is_refused_on_reading_it_back(tmp_path, monkeypatch, capsys):
+    """TabbyAPI ignores a key it does not declare without a word: export reads its file back and says so."""
+    import autoresearch.export as export_module
+    from autoresearch.tabbyapi import TabbyExport
+
+    real = export_module.to_tabbyapi
+
+    def with_a_stray_key(config, **kw) -> TabbyExport:
+        export = real(config, **kw)
+        return TabbyExport(config={**export.config, "draft_model": {**export.config["draft_model"],
+                                                                    "hybrid_draft_tokens": 4}},
+                           env=export.env, unexpressed=export.unexpressed)
+
+    monkeypatch.setattr(export_module, "to_tabbyapi", with_a_stray_key)
+    db = tmp_path / "results.db"
+    shutil.copy(EXAMPLE, db)
+    code = main(["export", "--study", "drafting-eos", "--storage", f"sqlite:///{db}", "--format", "tabbyapi",
+                 "--out", str(tmp_path / "tabby")])
+    assert code != 0
+    assert "draft_model.hybrid_draft_tokens is not in TabbyAPI's schema" in capsys.readouterr().err
 
 
 def _with_minimization(tmp_path, *, gate: dict | None) -> tuple[str, dict]:

@@ -1,0 +1,98 @@
+"""One decision row per candidate, always: also when its task tier cannot run after fidelity passed.
+
+Real parts: Optuna, the trial runner's stages, the results store, the gate. Test doubles at the outside
+boundary only: the launcher and bench (tests.autoresearch.fakes.FakeLauncher), what the server's logprobs
+give the fidelity probes (a scripted lossless measurement saved to the real store), and the task tier's
+seam (autoresearch.judging.TierRunner.judge), which here cannot run: a server it needs does not start,
+or the candidate's server dies under the suite.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+import autoresearch.trial as trial_module
+from autoresearch.judging import TierRunner
+from eval.errors import TasksetRunError
+from eval.fidelity import load_fidelity_measurement
+from eval.records import FidelityMetrics
+from serving.errors import ServerCrashed
+
+from .fakes import FakeLauncher
+from .stage_env import StageEnv
+
+CHANGE = {"max_chunk_size": 4096}
+
+
+def _lossless_fidelity(monkeypatch) -> None:
+    def measure(url, reference, *, store, role, label):
+        metrics = FidelityMetrics(n_probes=1, n_positions=1, kl_mean=1e-5, kl_p99=1e-4, kl_max=1e-4,
+                                  top1_agreement=1.0, greedy_match_fraction=1.0, greedy_full_matches=1,
+                                  ref_token_logprob_delta_mean=0.0)
+        mid = store.save_measurement(reference_id=reference.reference_id, role=role, label=label, metrics=metrics,
+                                     per_probe=[{"probe_id": "p0"}], elapsed_s=0.5, server={})
+        return load_fidelity_measurement(store, mid)
+
+    monkeypatch.setattr(trial_module, "measure_fidelity", measure)
+
+
+class _Tier:
+    """The tier's seam: `fails` is what its judge raises (after stopping the candidate's server, where told)."""
+
+    def __init__(self, fails: Exception, *, release: bool):
+        self.fails, self.release = fails, release
+
+    def judge(self, study, *, trial, label, config, baseline, fidelity, server, release, **_):
+        if self.release:
+            release()
+        raise self.fails
+
+
+def _rows(env: StageEnv, trial) -> list[dict]:
+    return [d for d in env.store.decision_rows() if d["candidate_label"] == trial.user_attrs["gate_label"]]
+
+
+@pytest.mark.parametrize("how", ["a server it needs does not start", "the candidate's server dies under the suite"])
+def test_a_candidate_whose_task_tier_cannot_run_leaves_one_row_saying_why(tmp_path, small_model, monkeypatch, how):
+    """Before: fidelity's pass was not saved (a tier followed) and the tier ended the trial: no row at all."""
+    env = StageEnv.make(tmp_path, small_model, task_tier_scope="every")
+    crash = ServerCrashed("exited with -9", log_tail="Killed")
+    dies = how.startswith("the candidate's")
+    FakeLauncher(dies={env.digest(CHANGE): crash} if dies else {}).install(monkeypatch)
+    _lossless_fidelity(monkeypatch)
+    env.baseline_done()
+    env.runner.tier = _Tier(TasksetRunError("the rg-math run exited") if dies else ServerCrashed(
+        "the baseline's server for the answers exited with -9", log_tail="Killed"), release=not dies)
+
+    trial = env.run(CHANGE)
+
+    [row] = _rows(env, trial)
+    assert not row["passed"] and row["failed_stage"] == "tasks" and row["evidence"]["fidelity"]["passed"]
+    assert row["reasons"][0].startswith("tasks could not be judged: ") and "exited with -9" in row["reasons"][0]
+    assert trial.user_attrs["gate_decision_id"] == row["id"]
+
+
+def test_a_pending_finalist_whose_task_tier_cannot_run_has_its_passing_fidelity_row_replaced(tmp_path, small_model,
+                                                                                            monkeypatch):
+    """Before: the finalists' stage could not judge it, and its one row still read 'passed' (fidelity's)."""
+    env = StageEnv.make(tmp_path, small_model)  # --task-tier-scope finalists: fidelity's pass is saved
+    FakeLauncher().install(monkeypatch)
+    _lossless_fidelity(monkeypatch)
+    env.baseline_done()
+    env.runner.tier = SimpleNamespace()  # pending: judged by the finalists' stage
+    trial = env.run(CHANGE)
+    [before] = _rows(env, trial)
+    assert before["passed"]
+
+    def cannot_launch(*_, **__):
+        raise ServerCrashed("the finalist's server exited with -11", log_tail="Segmentation fault")
+
+    runner = SimpleNamespace(plan=env.plan, store=env.store, db=env.db, judge=cannot_launch)
+    verdict = TierRunner.judge_pending(runner, env.study, env.study.trials[trial.number])
+
+    [row] = _rows(env, trial)
+    assert not verdict["passed"] and verdict["decision_id"] == row["id"] == before["id"]
+    assert not row["passed"] and row["failed_stage"] == "tasks"
+    assert row["reasons"] == ["tasks could not be judged: ServerCrashed: the finalist's server exited with -11"]

@@ -482,7 +482,7 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
                         TrialOutcome.of(t) or t.state.name.lower(),
                         changed_knobs(t.user_attrs.get("config", {}), base_cfg),
                         _request_speedup(mix, base_search, [searched[t.number]] if t.number in searched else []),
-                        *(_ratio(v, b) for v, b in zip(t.values or (None, None), base_vals, strict=True)))
+                        *(_ratio(v, b) for v, b in zip(_speed(t) or (None, None), base_vals, strict=True)))
              for t in trials if t.user_attrs.get("enqueued") or t.user_attrs.get("lever")]
     rejected = [(t.number, TrialOutcome.of(t), "; ".join(t.user_attrs.get("reasons", []))[:300].replace("|", "/"),
                  changed_knobs(t.user_attrs.get("config", {}), base_cfg))

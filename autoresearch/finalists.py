@@ -45,7 +45,7 @@ from autoresearch.objectives import (
 from autoresearch.plan import RunPlan, worker_gone, worker_name
 from autoresearch.ranking import Ranking
 from autoresearch.request_time import GEOMEAN, RANKED_BY, RequestMix, median_headline
-from autoresearch.study import feasible
+from autoresearch.study import feasible, tasks_pending
 from bench import BenchError, BenchResult, MissingMetric, NoiseFloor, compare, noise_floor
 from openai_client import ClientError
 from search_space import SearchSpace, config_from_params
@@ -73,9 +73,10 @@ class Champion:
     speed: dict | None = None  # autoresearch.faster's verdict on the launches (interval, margin); None: older, or the baseline
 
 
-def feasible_front(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """Feasible COMPLETE trials on the Pareto front (Optuna's best_trials filters by constraints)."""
-    return [t for t in study.best_trials if feasible(t)]
+def feasible_front(study: optuna.Study, *, with_pending: bool = False) -> list[optuna.trial.FrozenTrial]:
+    """Feasible COMPLETE trials on the Pareto front (Optuna's best_trials filters by constraints); `with_pending`:
+    also those whose task tier is pending (study.tasks_pending), that the finalists' stage may judge."""
+    return [t for t in study.best_trials if feasible(t) or (with_pending and tasks_pending(t))]
 
 
 def _pooled(results: list[BenchResult]) -> dict[str, tuple[float, ...]]:
@@ -130,7 +131,7 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
 def select_finalists(study: optuna.Study, ranking: Ranking, baseline: optuna.trial.FrozenTrial,
                      n: int) -> list[optuna.trial.FrozenTrial]:
     """The n best feasible front members by the study's one number, among those it calls faster than the baseline."""
-    front = [t for t in feasible_front(study) if t.user_attrs.get("role") != "baseline"]
+    front = [t for t in feasible_front(study, with_pending=True) if t.user_attrs.get("role") != "baseline"]
     return [t for score, t in ranking.rank(front, baseline) if score > 1.0][:n]
 
 

@@ -21,6 +21,7 @@ from autoresearch.db import ResultsDB
 from autoresearch.errors import BaselineFailed
 from autoresearch.plan import RunPlan
 from autoresearch.task_tier import Judgment, TaskTier
+from autoresearch.verdicts import JUDGED, PENDING, record_task_verdict
 from eval import EvalStore, gate_candidate, record_unjudged
 from eval.errors import EvalError
 from eval.fidelity import FidelityMeasurement, load_fidelity_measurement
@@ -36,9 +37,6 @@ from serving.errors import LaunchError
 __all__ = ["JUDGED", "PENDING", "TierRunner"]
 
 log = logging.getLogger(__name__)
-# a trial's `task_tier` attr
-PENDING = "pending"  # passed fidelity; judged by the finalists' stage only if it can become champion
-JUDGED = "judged"  # judged inside its trial (--task-tier-scope every)
 
 
 class TierRunner:
@@ -111,9 +109,15 @@ class TierRunner:
         return gate, judgment
 
     def judge_pending(self, study: optuna.Study, t: optuna.trial.FrozenTrial) -> dict:
-        """The finalists' stage: judge a finalist whose task tier is pending; a verdict for ar_finalists. One the
-        tier could not judge (a smoke run that did not complete, a launch that failed, baseline answers that
-        broke its rules) did not pass."""
+        """The finalists' stage: judge a finalist whose task tier is pending; a verdict for ar_finalists, also
+        written back into the trial (autoresearch.verdicts) where the sampler, the finalists' selection, the
+        report and optuna-dashboard read feasibility. One the tier could not judge (a smoke run that did not
+        complete, a launch that failed, baseline answers that broke its rules) did not pass."""
+        verdict = self._judge_pending(study, t)
+        record_task_verdict(study, t.number, passed=verdict["passed"], reasons=verdict["reasons"])
+        return verdict
+
+    def _judge_pending(self, study: optuna.Study, t: optuna.trial.FrozenTrial) -> dict:
         try:
             baseline = load_baseline(study, self.store, self.db, self.plan.study_name)
             gate, judgment = self.judge(

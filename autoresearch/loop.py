@@ -25,7 +25,7 @@ from autoresearch.ranking import Ranking
 from autoresearch.report import write_report
 from autoresearch.request_time import RANKED_BY
 from autoresearch.servers import reap_orphan_servers
-from autoresearch.study import check_enqueued, open_study
+from autoresearch.study import check_enqueued, open_study, tasks_pending
 from autoresearch.trial import TrialRunner
 from eval import EvalStore
 from search_space import SpaceContext, build_space, read_model_info
@@ -46,7 +46,7 @@ def best_line(study: optuna.Study) -> str:
     baseline = next((t for t in trials if t.user_attrs.get("role") == "baseline"), None)
     if baseline is None:
         return "baseline not measured yet"
-    front = [t for t in feasible_front(study) if t.user_attrs.get("role") != "baseline"]
+    front = [t for t in feasible_front(study, with_pending=True) if t.user_attrs.get("role") != "baseline"]
     line = f"baseline (decode {baseline.values[0]:.1f}, prefill {baseline.values[1]:.0f} tok/s)"
     if not front:
         return line
@@ -58,8 +58,9 @@ def best_line(study: optuna.Study) -> str:
     scalar = "request time" if ranking.ranked_by == RANKED_BY else "geometric mean"
     if score <= 1.0:  # on the front by one objective, slower overall: the baseline is still the best
         return f"{line}; no candidate faster yet (closest: trial {best.number} at {score:.3f}x by {scalar})"
+    pending = ", task tier pending" if tasks_pending(best) else ""
     return (f"trial {best.number}: decode {best.values[0]:.1f}, prefill {best.values[1]:.0f} tok/s "
-            f"({score:.3f}x by {scalar})")
+            f"({score:.3f}x by {scalar}{pending})")
 
 
 def _speedups(champion) -> str:

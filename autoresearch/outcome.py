@@ -6,6 +6,7 @@ read back as members). A launch failure is the launcher's reason (`serving.error
 Usage:
     TrialOutcome.of(trial)            # the member, or None before the trial ended
     TrialOutcome.of(trial).rejected   # listed among the rejected candidates
+    TrialOutcome.of(trial) is TrialOutcome.TASKS_PENDING   # waiting for the task tier: not passed
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ __all__ = ["TrialOutcome"]
 class TrialOutcome(enum.StrEnum):
     BASELINE = "baseline"  # the baseline, measured: every candidate is judged against it
     PASSED = "passed"  # measured and through every gate
+    # through fidelity, its task tier not run yet (--task-tier-scope finalists): neither passed nor rejected
+    # until the finalists' stage judges it (autoresearch.verdicts writes that verdict back)
+    TASKS_PENDING = "tasks_pending"
     DUPLICATE = "duplicate"  # a lower-numbered trial holds this configuration
     INFEASIBLE = "infeasible"  # refused before any launch (memory model, cache too small)
     UNMEASURED = "unmeasured"  # bench left an objective point without a valid run
@@ -51,4 +55,4 @@ class TrialOutcome(enum.StrEnum):
     @property
     def rejected(self) -> bool:
         """Listed among the rejected candidates in RESULTS.md: everything but a pass (and the baseline)."""
-        return self not in (TrialOutcome.PASSED, TrialOutcome.BASELINE)
+        return self not in (TrialOutcome.PASSED, TrialOutcome.BASELINE, TrialOutcome.TASKS_PENDING)

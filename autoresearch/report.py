@@ -60,14 +60,20 @@ def _plot(snapshot: StudySnapshot, path: Path) -> bool:
     if not done:
         return False
     fig, ax = plt.subplots(figsize=(7, 5), dpi=100)
-    rejected = [p for p in done if not p.feasible]
+    rejected = [p for p in done if not p.feasible and not p.tasks_pending]
     if rejected:
         ax.scatter([p.prefill for p in rejected], [p.decode for p in rejected], marker="x", color="tab:red",
                    label="rejected by the gate")
     feasible = [p for p in done if p.feasible and not p.on_front]
     ax.scatter([p.prefill for p in feasible], [p.decode for p in feasible], color="tab:gray", label="feasible")
-    on_front = sorted((p for p in done if p.feasible and p.on_front), key=lambda p: p.prefill)
-    ax.plot([p.prefill for p in on_front], [p.decode for p in on_front], "o-", color="tab:blue",
+    pending = [p for p in done if p.tasks_pending]
+    if pending:
+        ax.scatter([p.prefill for p in pending], [p.decode for p in pending], facecolors="none",
+                   edgecolors="tab:blue", s=60, zorder=4, label="task tier pending")
+    on_front = sorted((p for p in done if p.on_front), key=lambda p: p.prefill)
+    ax.plot([p.prefill for p in on_front], [p.decode for p in on_front], "-", color="tab:blue")
+    judged = [p for p in on_front if p.feasible]
+    ax.plot([p.prefill for p in judged], [p.decode for p in judged], "o", color="tab:blue",
             label="gated Pareto front")
     if snapshot.baseline is not None:
         ax.scatter([snapshot.baseline.prefill], [snapshot.baseline.decode], marker="*", s=200, color="gold",

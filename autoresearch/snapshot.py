@@ -29,7 +29,7 @@ from autoresearch.plan import RunPlan
 from autoresearch.provenance import gpu_uuid
 from autoresearch.ranking import Ranking
 from autoresearch.request_time import GEOMEAN, RANKED_BY, RequestMix, median_headline, ranking_label
-from autoresearch.study import feasible
+from autoresearch.study import feasible, tasks_pending
 from bench.metrics import Metric
 from eval import EvalStore
 from results import to_jsonable
@@ -78,6 +78,7 @@ class FrontRow:
     prefill_ratio: float | None
     changes: str
     request_ratio: float | None = None  # T(baseline) / T(trial) on the workload's requests
+    tasks_pending: bool = False  # through fidelity, its task tier not run: not passed (study.tasks_pending)
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ class Point:
     prefill: float
     feasible: bool
     on_front: bool
+    tasks_pending: bool = False  # neither passed nor rejected: its task tier has not run
 
 
 @dataclass(frozen=True)
@@ -452,6 +454,14 @@ def _read_provenance(plan: RunPlan, db: ResultsDB) -> Provenance | None:
         dirty=bool(project.get("dirty")))
 
 
+def _speed(t: optuna.trial.FrozenTrial) -> tuple[float, float] | None:
+    """(decode, prefill) as measured: a rejected trial stores no values (trial.py's _gated), its speeds in user attrs."""
+    if t.values and min(t.values) > 0:
+        return t.values[0], t.values[1]
+    decode, prefill = t.user_attrs.get("decode_tok_per_s"), t.user_attrs.get("prefill_tok_per_s")
+    return (decode, prefill) if decode and prefill else None
+
+
 def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalStore) -> StudySnapshot:
     """Everything RESULTS.md shows of this study, read once."""
     trials = study.get_trials(deepcopy=False)
@@ -468,22 +478,23 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
     base_search = [searched[baseline.number]] if baseline and baseline.number in searched else []
     front = [FrontRow(t.number, t.values[0], t.values[1], ratio(t.values[0], base_vals[0]),
                       ratio(t.values[1], base_vals[1]), changed_knobs(t.user_attrs.get("config", {}), base_cfg),
-                      _request_speedup(mix, base_search, [searched[t.number]] if t.number in searched else []))
-             for t in feasible_front(study)]
+                      _request_speedup(mix, base_search, [searched[t.number]] if t.number in searched else []),
+                      tasks_pending(t))
+             for t in feasible_front(study, with_pending=True)]
     front.sort(key=lambda r: (r.request_ratio is None, -(r.request_ratio or 0.0), -r.decode))
     first = [FirstTrial(t.number, "--enqueue" if t.user_attrs.get("enqueued") else "lever",
                         TrialOutcome.of(t) or t.state.name.lower(),
                         changed_knobs(t.user_attrs.get("config", {}), base_cfg),
                         _request_speedup(mix, base_search, [searched[t.number]] if t.number in searched else []),
-                        *(_ratio(v, b) for v, b in zip(t.values or (None, None), base_vals, strict=True)))
+                        *(_ratio(v, b) for v, b in zip(_speed(t) or (None, None), base_vals, strict=True)))
              for t in trials if t.user_attrs.get("enqueued") or t.user_attrs.get("lever")]
     rejected = [(t.number, TrialOutcome.of(t), "; ".join(t.user_attrs.get("reasons", []))[:300].replace("|", "/"),
                  changed_knobs(t.user_attrs.get("config", {}), base_cfg))
                 for t in trials if t.user_attrs.get("role") != "baseline"
                 and (outcome := TrialOutcome.of(t)) is not None and outcome.rejected]
     on_front = {r.trial for r in front}
-    points = [Point(t.number, t.values[0], t.values[1], feasible(t), t.number in on_front)
-              for t in complete if t.values and min(t.values) > 0]
+    points = [Point(t.number, *speed, feasible(t), t.number in on_front, tasks_pending(t))
+              for t in complete if (speed := _speed(t)) is not None]
     finalists = read_finalists(db.finalists(study=plan.study_name),
                                _finalist_request_speedups(db, plan.study_name, mix, baseline.number if baseline else None))
     champion = _read_champion(study, base_cfg, finalists)

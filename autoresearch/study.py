@@ -23,7 +23,7 @@ from autoresearch.plan import OBJECTIVES, RunPlan, worker_name
 from search_space import SearchSpace, baseline_params
 
 __all__ = ["CONSTRAINTS", "baseline_trial_params", "check_enqueued", "constraints_of", "feasible", "model_is_hybrid",
-           "open_study", "params_with", "retry_interrupted", "sampler_seed"]
+           "open_study", "tasks_pending", "params_with", "retry_interrupted", "sampler_seed"]
 
 log = logging.getLogger(__name__)
 # Each <= 0 when satisfied. A trial sets them by name (Optuna's trial.set_constraint): the one record.
@@ -51,6 +51,15 @@ def feasible(trial: optuna.trial.FrozenTrial) -> bool:
     """COMPLETE with every constraint of CONSTRAINTS recorded and satisfied (one not measured: not feasible)."""
     constraints = trial.constraints
     return trial.state == optuna.trial.TrialState.COMPLETE and all(constraints.get(k, 1.0) <= 0 for k in CONSTRAINTS)
+
+
+def tasks_pending(trial: optuna.trial.FrozenTrial) -> bool:
+    """COMPLETE with every constraint but `tasks` recorded and satisfied, and `tasks` never recorded: through
+    fidelity, its task tier not run yet (--task-tier-scope finalists). Not feasible (nothing vouches for its
+    tasks) and not rejected: the finalists' stage may judge it, and writes its verdict back (autoresearch.verdicts)."""
+    constraints = trial.constraints
+    return (trial.state == optuna.trial.TrialState.COMPLETE and "tasks" not in constraints
+            and all(constraints.get(k, 1.0) <= 0 for k in CONSTRAINTS if k != "tasks"))
 
 
 def _storage(plan: RunPlan) -> optuna.storages.RDBStorage:

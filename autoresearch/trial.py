@@ -231,7 +231,7 @@ class TrialRunner:
                                                 label=self._label(trial, config))
                 except EvalError as exc:  # e.g. a context too small for the probes: this config cannot serve them
                     record.fail("fidelity", f"fidelity could not be measured: {exc}")
-                    return record.end(TrialOutcome.FIDELITY_ERROR, (decode, prefill))
+                    return record.end(TrialOutcome.FIDELITY_ERROR)  # rejected: no values (see _gated)
                 self._measure(trial, config, "fidelity", {"measurement_id": fidelity.measurement_id,
                                                           "metrics": fidelity.metrics})
                 trial.set_user_attr("fidelity_measurement_id", fidelity.measurement_id)
@@ -258,7 +258,7 @@ class TrialRunner:
             trial.set_user_attr("task_tier", PENDING)
             record.reasons.append("task tier pending: judged by the finalists' stage before it can be "
                                   "crowned (--task-tier-scope finalists)")
-            return self._gated(trial, config, record, gate, *values)
+            return self._gated(trial, config, record, gate, *values, tasks_pending=True)
         self._stage(record, "tasks")
         released = []
 
@@ -306,20 +306,28 @@ class TrialRunner:
                                                  "log_tail": exc.log_tail[-3000:]})
         return record.end(TrialOutcome(exc.reason))
 
-    def _gated(self, trial, config, record: _Record, gate, decode: float, prefill: float) -> tuple[float, float]:
+    def _gated(self, trial, config, record: _Record, gate, decode: float, prefill: float, *,
+               tasks_pending: bool = False) -> tuple[float, float]:
+        """The gate's verdict as the trial's record. Passed with `tasks_pending`: no `tasks` constraint and an
+        outcome of its own until the finalists' stage judges it (autoresearch.verdicts). Rejected: NOT_MEASURED
+        as its objective values (its speeds stay in its user attrs): optuna-dashboard 0.21 names as "Best Trial"
+        the Pareto front of every COMPLETE trial's values, constraints ignored, and TPE ranks an infeasible
+        trial by its violation alone."""
         decision = gate.decision
         self._measure(trial, config, "gate", {"decision_id": gate.decision_id, "passed": decision.passed,
                                               "failed_stage": decision.failed_stage, "reasons": decision.reasons})
         trial.set_user_attr("gate_decision_id", gate.decision_id)
         if decision.passed:
             record.constraints["fidelity"] = OK
+            if tasks_pending:
+                return record.end(TrialOutcome.TASKS_PENDING, (decode, prefill))
             record.constraints["tasks"] = OK
             return record.end(TrialOutcome.PASSED, (decode, prefill))
         for reason in decision.reasons:
             record.reasons.append(reason)
         # the stage that failed; the tasks never ran where fidelity failed
         record.constraints["fidelity" if decision.failed_stage == "fidelity" else "tasks"] = VIOLATED
-        return record.end(TrialOutcome.gate_failed(decision.failed_stage), (decode, prefill))
+        return record.end(TrialOutcome.gate_failed(decision.failed_stage))
 
     def _dominance_margin(self, baseline: BaselineEvidence) -> float:
         """Stop early only beyond the launch-to-launch noise: max(plan margin, 2x the worst speed floor)."""

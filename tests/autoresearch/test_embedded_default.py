@@ -44,6 +44,8 @@ def test_every_trial_is_counted_and_explained(embedded_study):
         assert t.user_attrs["outcome"] and "config_digest" in t.user_attrs
         if t.user_attrs["outcome"] in ("baseline", "passed"):
             assert set(CONSTRAINTS) <= set(t.constraints)
+        elif t.user_attrs["outcome"] == "tasks_pending":  # through fidelity; no task ran: no `tasks` constraint
+            assert set(CONSTRAINTS) - set(t.constraints) == {"tasks"} and max(t.constraints.values()) <= 0
         elif t.user_attrs["outcome"] not in ("duplicate", "dominated"):  # stopped by no violation of its own
             assert any(t.constraints.get(k, 0.0) > 0 for k in CONSTRAINTS), t.user_attrs  # what stopped it
         # what optuna-dashboard 0.21 draws (its _serializer.py: trial_system_attrs["constraints"])

@@ -38,7 +38,9 @@ def test_a_measured_candidate_goes_on_to_fidelity_with_its_speeds(env, monkeypat
     assert launcher.launched(env.digest(FAST_CHUNK)) == 1
     # the fake server answers nothing: fidelity cannot be measured, and the trial says so
     assert TrialOutcome.of(trial) is TrialOutcome.FIDELITY_ERROR and trial.state == optuna.trial.TrialState.COMPLETE
-    assert trial.values == pytest.approx([120.0, 1100.0])
+    # rejected: its speeds in user attrs, no values (optuna-dashboard ranks COMPLETE values, constraints ignored)
+    assert trial.values == list(NOT_MEASURED)
+    assert (trial.user_attrs["decode_tok_per_s"], trial.user_attrs["prefill_tok_per_s"]) == pytest.approx((120.0, 1100.0))
     assert trial.constraints == {"fits": -1.0, "launch_ok": -1.0, "measured": -1.0, "fidelity": 1.0}
 
 

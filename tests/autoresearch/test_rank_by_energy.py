@@ -154,3 +154,30 @@ def test_energy_ranking_is_refused_where_bench_reads_no_gpu_and_with_the_minimiz
                                                                                        gpu_index=None))
     with pytest.raises(PlanError, match="pass --no-minimize"):
         dataclasses.replace(env.plan, rank_by="energy", minimize=True)
+
+
+@pytest.mark.parametrize("rank_by", ["time", "energy"])
+def test_results_md_says_what_ranked_and_shows_the_other_measure_of_the_champion(tmp_path, small_model, monkeypatch,
+                                                                                 rank_by):
+    from autoresearch.report import render
+    from autoresearch.snapshot import read_snapshot
+
+    env = StageEnv.make(tmp_path, small_model, finalists=2, finalist_launches=2)
+    trials = _study(env, rank_by)
+    _launcher(env, monkeypatch)
+    champion = confirm_finalists(env.plan, env.study, env.space, env.db)
+    text = render(read_snapshot(env.plan, env.study, env.db, env.store))
+    crowned = f"**trial {champion.trial}**: "
+    if rank_by == "energy":
+        assert "Ranked by energy per request on the workload (--rank-by energy)" in text
+        line = next(line for line in text.splitlines() if line.startswith(crowned))
+        assert line.startswith(f"{crowned}energy per request on the workload {1 / champion.speedup:.3f}x the "
+                               f"baseline's (E(baseline) / E(champion) {champion.speedup:.3f}x")
+        # the reverse: its request time against the baseline's, from the same launches (decode 105 against 100)
+        assert "Request time on the workload, from the same launches' records: 1.0" in line
+        assert "Its energy per request:" not in text
+    else:
+        assert champion.trial == trials["hot"] and "Ranked by request time on the workload" in text
+        energy = next(line for line in text.splitlines() if line.startswith("Its energy per request: "))
+        ratio = float(energy.split(" J, ")[1].split("x")[0])
+        assert ratio > 1.0  # 450 W for 30% more decode speed: more joules per request than the baseline's

@@ -181,3 +181,12 @@ def test_results_md_says_what_ranked_and_shows_the_other_measure_of_the_champion
         energy = next(line for line in text.splitlines() if line.startswith("Its energy per request: "))
         ratio = float(energy.split(" J, ")[1].split("x")[0])
         assert ratio > 1.0  # 450 W for 30% more decode speed: more joules per request than the baseline's
+
+
+def test_best_so_far_names_the_measure_the_study_is_ranked_by(tmp_path, small_model):
+    from autoresearch.loop import best_line
+
+    env = StageEnv.make(tmp_path, small_model)
+    trials = _study(env, "energy")
+    assert best_line(env.study).startswith(f"trial {trials['lean']}: decode 105.0, prefill 1010 tok/s (")
+    assert best_line(env.study).endswith("x by energy per request)")

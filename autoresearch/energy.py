@@ -11,8 +11,8 @@ Each measured trial stores these as user attributes (optuna-dashboard shows them
 headline (`ENERGY_RATES`, as `ranking.RATES` stores speeds); RESULTS.md's energy table reads the
 stored bench records (`read_energy`). Unmeasured energy is None with a reason, never 0.
 
-Phase 2 (ranking by energy) reuses this shape: `BenchResult.energy_samples()` feeds bench.stats'
-noise_floor and compare exactly as samples() does.
+--rank-by energy (autoresearch.ranking) reuses this shape: `BenchResult.energy_samples()` feeds
+bench.stats' noise_floor and compare exactly as samples() does, and the trials' `energy_rates` rank.
 
 Usage:
     record_energy(trial, result, mix)                       # user attrs of a measured trial

@@ -105,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-floor-kl-mean", type=float, help="gate: the KL-mean floor, nats (default 1e-4)")
     parser.add_argument("--min-floor-kl-p99", type=float, help="gate: the KL 99th-percentile floor, nats (default 1e-3)")
     parser.add_argument("--finalists", type=int, default=2)
+    parser.add_argument("--rank-by", choices=("time", "energy"), default="time",
+                        help="what ranks best so far, the finalists and the champion: request time on the workload "
+                             "(default), or energy per request under the GPU's own power limit (never changed; --minimize, "
+                             "which keeps request time, is then off)")
     parser.add_argument("--finalist-launches", type=int, default=2)
     parser.add_argument("--minimize", action=argparse.BooleanOptionalAction, default=None,
                         help="after the champion is confirmed, remove its changes one at a time (cheapest first) "
@@ -197,9 +201,9 @@ def make_plan(args: argparse.Namespace):
         bench_plan=_bench_plan(engine, args, workload), workload=workload, probe_config=default_probe_config(engine), suite_overrides=overrides,
         pinned=pinned, enqueued=enqueued, levers=not args.no_levers, baseline_changes=baseline_changes, finalists=args.finalists, finalist_launches=args.finalist_launches,
         heartbeat_s=args.heartbeat, grace_s=args.grace, drift=_drift_policy(args),
-        minimize=not model.is_embedded if args.minimize is None else args.minimize,
+        minimize=not model.is_embedded and args.rank_by == "time" if args.minimize is None else args.minimize,
         minimize_launches=args.minimize_launches, minimize_max_launches=args.minimize_max_launches,
-        task_tier_scope=args.task_tier_scope, stated_rates=stated_from_args(args),
+        task_tier_scope=args.task_tier_scope, stated_rates=stated_from_args(args), rank_by=args.rank_by,
         startup_timeout_s=300.0 if engine == "transformers" else 900.0,
     )
 

@@ -6,7 +6,7 @@ here: the stored reference that spares a capture (`stored_reference`), and the r
 that cannot be measured stops the study (`measured_or_stop`).
 
 The baseline trial stores the ids of what it measured (reference, noise-floor measurement, suite
-run, bench measurement rows) and its speed floor in the study's user attributes (`save_baseline`); candidates in any
+run, bench measurement rows) and its speed and energy floors in the study's user attributes (`save_baseline`); candidates in any
 process load them back (`load_baseline`) or, while another worker is still measuring it, wait
 (`wait_for_baseline`).
 """
@@ -28,8 +28,8 @@ from eval import EvalStore, FidelityMeasurement, MissingReference, Reference, Su
 from eval.fidelity import load_fidelity_measurement
 from eval.probes import ProbeSet
 
-__all__ = ["BaselineEvidence", "load_baseline", "measured_or_stop", "save_baseline", "stored_reference",
-           "stored_speed_floor", "wait_for_baseline"]
+__all__ = ["BaselineEvidence", "load_baseline", "measured_or_stop", "save_baseline", "stored_energy_floor",
+           "stored_reference", "stored_speed_floor", "wait_for_baseline"]
 
 log = logging.getLogger(__name__)
 _KEY = "baseline_evidence"
@@ -67,6 +67,9 @@ class BaselineEvidence:
     bench: BenchResult  # launch 0's: the request-time mix every candidate's speed-up is weighed by
     speed_floor: NoiseFloor | None
     trial_number: int
+    # the same two launches' floor of tokens per joule per point (--rank-by energy judges with it);
+    # None: no energy measured in either launch (then an energy-ranked round needs two baseline launches)
+    energy_floor: NoiseFloor | None = None
 
 
 def save_baseline(study: optuna.Study, evidence: BaselineEvidence) -> None:
@@ -79,6 +82,7 @@ def save_baseline(study: optuna.Study, evidence: BaselineEvidence) -> None:
         "suite_run_id": evidence.suite.suite_run_id if evidence.suite else None,
         "trial": evidence.trial_number,
         "speed_floor": evidence.speed_floor.to_dict() if evidence.speed_floor else None,
+        "energy_floor": evidence.energy_floor.to_dict() if evidence.energy_floor else None,
     })
 
 
@@ -93,12 +97,23 @@ def load_baseline(study: optuna.Study, store: EvalStore, db: ResultsDB, study_na
     return BaselineEvidence(label=data["label"], reference=reference,
                             fidelity_floor=load_fidelity_measurement(store, data["floor_measurement_id"]),
                             suite=store.load_suite_result(data["suite_run_id"]) if data["suite_run_id"] else None,
-                            bench=bench, speed_floor=stored_speed_floor(study), trial_number=data["trial"])
+                            bench=bench, speed_floor=stored_speed_floor(study), trial_number=data["trial"],
+                            energy_floor=stored_energy_floor(study))
 
 
 def stored_speed_floor(study: optuna.Study) -> NoiseFloor | None:
     """The baseline's launch-to-launch speed floor, as its trial stored it (None before it ran)."""
-    data = (study.user_attrs.get(_KEY) or {}).get("speed_floor")
+    return _stored_floor(study, "speed_floor")
+
+
+def stored_energy_floor(study: optuna.Study) -> NoiseFloor | None:
+    """The baseline's launch-to-launch floor of tokens per joule (None before it ran, or where neither
+    launch measured energy, or in a study whose baseline ran before energy had a floor)."""
+    return _stored_floor(study, "energy_floor")
+
+
+def _stored_floor(study: optuna.Study, key: str) -> NoiseFloor | None:
+    data = (study.user_attrs.get(_KEY) or {}).get(key)
     return NoiseFloor(rel_diff=tuple(sorted(data.items()))) if data else None
 
 

@@ -11,8 +11,8 @@ Each measured trial stores these as user attributes (optuna-dashboard shows them
 headline (`ENERGY_RATES`, as `ranking.RATES` stores speeds); RESULTS.md's energy table reads the
 stored bench records (`read_energy`). Unmeasured energy is None with a reason, never 0.
 
-Phase 2 (ranking by energy) reuses this shape: `BenchResult.energy_samples()` feeds bench.stats'
-noise_floor and compare exactly as samples() does.
+--rank-by energy (autoresearch.ranking) reuses this shape: `BenchResult.energy_samples()` feeds
+bench.stats' noise_floor and compare exactly as samples() does, and the trials' `energy_rates` rank.
 
 Usage:
     record_energy(trial, result, mix)                       # user attrs of a measured trial
@@ -116,6 +116,7 @@ class EnergyReport:
     power_limit_w_min: float | None  # below it: the user changed the limit during the study
     power_capped_share: float | None  # over every bench of the study
     launches: int
+    champion: EnergyRow | None = None  # the champion's row (also rows[0]): RESULTS.md's champion says its energy
 
 
 def read_energy(db: ResultsDB, study_name: str, mix: RequestMix | None, baseline_trial: int | None,
@@ -135,12 +136,13 @@ def read_energy(db: ResultsDB, study_name: str, mix: RequestMix | None, baseline
         use = EnergyUse.of(mix, rounds.get((round_, trial), []))
         return use, use.vs(EnergyUse.of(mix, rounds.get((round_, baseline_trial), [])))
 
-    rows = []
+    rows, champion_row = [], None
     if champion is not None:
         trial = baseline_trial if champion.trial is None else champion.trial
         last = max((r for r in finalists if r.trial == trial), key=lambda r: r.round, default=None)
         use, vs = finalist(last.round, trial) if last else (base, 1.0)
-        rows.append(EnergyRow(f"champion ({champion.who})", champion.request_speedup, use, vs))
+        champion_row = EnergyRow(f"champion ({champion.who})", champion.request_speedup, use, vs)
+        rows.append(champion_row)
     for r in finalists:
         use, vs = finalist(r.round, r.trial)
         rows.append(EnergyRow(f"finalist: round {r.round}, trial {r.trial}", r.request_speedup, use, vs))
@@ -153,4 +155,4 @@ def read_energy(db: ResultsDB, study_name: str, mix: RequestMix | None, baseline
     return EnergyReport(baseline=base, rows=rows, power_limit_w=max(limits, default=None),
                         power_limit_w_min=min(limits, default=None),
                         power_capped_share=sum(p["power_capped_s"] for p in powers) / sampled if sampled else None,
-                        launches=len(powers))
+                        launches=len(powers), champion=champion_row)

@@ -9,7 +9,9 @@ study stored before it), from each launch, above 1 beyond the launch-to-launch n
 not a point), and slower on no objective point beyond its floor. The champion is the confirmed
 finalist with the best speed-up, each side's median over its launches. A launch that left any
 objective point unmeasured does not count; a finalist that cannot be compared on every point is not
-confirmed. A finalist neither shown faster nor slower is "not shown faster": the baseline keeps the
+confirmed. A study ranked by energy (--rank-by energy) is judged the same way on joules per request
+(the same rule, energy's launch-to-launch floor, its energy points): a launch without an energy
+reading does not count either, and a finalist left with none is "not measured", never 0. A finalist neither shown faster nor slower is "not shown faster": the baseline keeps the
 crown, and the verdict says by how much (the interval). Where the task tier is pending
 (--task-tier-scope finalists, the default), the finalists confirmed faster are judged on it fastest
 first until one passes, and only that one can be crowned. If none qualifies, the baseline stays.
@@ -18,7 +20,6 @@ first until one passes, and only that one can be crowned. If none qualifies, the
 from __future__ import annotations
 
 import logging
-import math
 import os
 import statistics
 import threading
@@ -29,30 +30,23 @@ from dataclasses import dataclass
 
 import optuna
 
-from autoresearch.baseline import stored_speed_floor
+from autoresearch.baseline import stored_energy_floor, stored_speed_floor
 from autoresearch.db import ResultsDB
 from autoresearch.drift import Limits, conditions, read_readings, round_drift
 from autoresearch.errors import ConfirmedElsewhere, Unmeasured
-from autoresearch.faster import judge_speed
+from autoresearch.faster import ENERGY, judge_speed
 from autoresearch.judging import PENDING
-from autoresearch.objectives import (
-    PREFILL_RATE,
-    decode_weights,
-    geometric_mean,
-    objective_metrics,
-    objectives_from_bench,
-)
+from autoresearch.objectives import objectives_from_bench
 from autoresearch.plan import RunPlan, worker_gone, worker_name
 from autoresearch.ranking import Ranking
-from autoresearch.request_time import GEOMEAN, RANKED_BY, RequestMix, median_headline
+from autoresearch.request_time import GEOMEAN
 from autoresearch.study import feasible, tasks_pending
 from bench import BenchError, BenchResult, MissingMetric, NoiseFloor, compare, noise_floor
 from openai_client import ClientError
 from search_space import SearchSpace, config_from_params
 from serving.errors import LaunchError
 
-__all__ = ["Champion", "confirm_finalists", "feasible_front", "judge_finalist", "launch_time", "load_champion", "time_floor",
-           "median_objectives",
+__all__ = ["Champion", "confirm_finalists", "feasible_front", "judge_finalist", "load_champion", "median_objectives",
            "select_finalists", "settled_trials"]
 
 log = logging.getLogger(__name__)
@@ -65,7 +59,7 @@ class Champion:
     config: dict
     decode_tok_per_s: float
     prefill_tok_per_s: float
-    speedup: float  # by ranked_by: the request-time speed-up (the geometric mean in older studies)
+    speedup: float  # by ranked_by: the request-time speed-up, E(baseline) / E(it), or the geometric mean (older studies)
     is_baseline: bool
     decode_speedup: float | None = None  # each rate's own speed-up, beside it (None: stored before they were)
     prefill_speedup: float | None = None
@@ -79,10 +73,10 @@ def feasible_front(study: optuna.Study, *, with_pending: bool = False) -> list[o
     return [t for t in study.best_trials if feasible(t) or (with_pending and tasks_pending(t))]
 
 
-def _pooled(results: list[BenchResult]) -> dict[str, tuple[float, ...]]:
+def _pooled(results: list[BenchResult], ranking: Ranking) -> dict[str, tuple[float, ...]]:
     pooled: dict[str, list[float]] = {}
     for result in results:
-        for metric, values in result.samples().items():
+        for metric, values in ranking.samples(result).items():
             pooled.setdefault(metric, []).extend(values)
     return {k: tuple(v) for k, v in pooled.items()}
 
@@ -113,7 +107,8 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
                             decode_tok_per_s=baseline_values[0], prefill_tok_per_s=baseline_values[1],
                             speedup=1.0, is_baseline=True, decode_speedup=1.0, prefill_speedup=1.0,
                             ranked_by=ranking.ranked_by)
-        study.set_user_attr(_CHAMPION, champion.__dict__ | {"reason": "no feasible candidate was faster in search",
+        better = ranking.measure.better
+        study.set_user_attr(_CHAMPION, champion.__dict__ | {"reason": f"no feasible candidate was {better} in search",
                                                             "trials_at": len(trials)})
         return champion
 
@@ -151,11 +146,14 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
     round_ = 1 + max((*(r["round"] for r in db.finalists(study=plan.study_name)), *launched), default=0)
     order = [baseline, *finalists]
     results: dict[int, list[BenchResult]] = {t.number: [] for t in order}
+    unmeasured: dict[int, list[str]] = {t.number: [] for t in order}  # why a launch does not count
     for launch in range(plan.finalist_launches):
         for t in order:  # interleaved, so drift hits every configuration alike
-            result = _launch_and_bench(plan, space, t, round_, launch, db)
-            if result is not None:
+            result = _launch_and_bench(plan, space, t, round_, launch, db, ranking)
+            if isinstance(result, BenchResult):
                 results[t.number].append(result)
+            else:
+                unmeasured[t.number].append(f"launch {launch}: {result}")
 
     taken_over = ConfirmedElsewhere(f"the claim to confirm round {round_} was taken over while it ran (no "
                                     f"heartbeat for over {plan.grace_s} s); the worker that took it decides")
@@ -170,13 +168,14 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
     if not base_runs:
         log.error("the baseline could not be measured in any confirmation launch; no champion decided")
         add_finalist(trial=baseline.number, config_digest=baseline.user_attrs["config_digest"], decode=None,
-                     prefill=None, verdict={"baseline": True, "reason": "no confirmation launch of the baseline was measured"})
+                     prefill=None, verdict={"baseline": True, "reason": "no confirmation launch of the baseline was "
+                                            "measured: " + "; ".join(unmeasured[baseline.number])})
         if not db.finish(**claim, finalist_rows=rows):
             raise taken_over
         return None
-    # launch-to-launch noise: from these launches when there are two, else from the search's baseline
-    floor = noise_floor(base_runs[0].samples(), base_runs[1].samples()) if len(base_runs) > 1 else \
-        stored_speed_floor(study)
+    # launch-to-launch noise (of the measure ranked by): from these launches when there are two, else the search's baseline's
+    stored = stored_energy_floor(study) if ranking.measure is ENERGY else stored_speed_floor(study)
+    floor = noise_floor(ranking.samples(base_runs[0]), ranking.samples(base_runs[1])) if len(base_runs) > 1 else stored
     base_values = median_objectives(base_runs)
     # the round's baseline launches against the study's first reading: drift here colours every verdict
     drift = round_drift(read_readings(study, db, plan.study_name), Limits.from_floor(stored_speed_floor(study)), round_)
@@ -185,8 +184,9 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
     where = {"worker": worker_name(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
              "gpu": next(({"name": r.gpu.name, "uuid": r.gpu.uuid} for r in base_runs if r.gpu), None)}
     best: Champion | None = None
-    verdicts = {t.number: judge_finalist(base_runs, results[t.number], floor=floor, mix=ranking.mix)
-                if results[t.number] else {"qualified": False, "reason": "no confirmation launch was measured"}
+    verdicts = {t.number: judge_finalist(base_runs, results[t.number], floor=floor, ranking=ranking)
+                if results[t.number] else {"qualified": False, "reason": "not measured: no confirmation launch counts ("
+                                           + "; ".join(unmeasured[t.number]) + ")"}
                 for t in finalists}
     _judge_tasks(finalists, verdicts, judge_tasks)
     for t in finalists:
@@ -201,13 +201,14 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
     add_finalist(trial=baseline.number, config_digest=baseline.user_attrs["config_digest"], decode=base_values[0],
                  prefill=base_values[1], verdict={"baseline": True, "launches": len(base_runs),
                                                   "noise_floor": floor.to_dict() if floor else None,
+                                                  "noise_floor_of": ranking.measure.name,
                                                   "noise_floor_from": "these launches" if len(base_runs) > 1
                                                   else "the search's baseline", "drift": drift} | where)
     if best is None:
         best = Champion(trial=baseline.number, config=baseline.user_attrs["config"], decode_tok_per_s=base_values[0],
                         prefill_tok_per_s=base_values[1], speedup=1.0, is_baseline=True, decode_speedup=1.0,
                         prefill_speedup=1.0, ranked_by=ranking.ranked_by)
-        reason = "no finalist was confirmed faster than the baseline in fresh launches" + \
+        reason = f"no finalist was confirmed {ranking.measure.better} than the baseline in fresh launches" + \
             (" and passed its task tier" if any("task_tier" in v for v in verdicts.values()) else "")
         closest = max((t for t in finalists if verdicts[t.number].get("speed")),
                       key=lambda t: verdicts[t.number]["speedup"], default=None)
@@ -267,8 +268,9 @@ def settled_trials(study: optuna.Study, *, poll_s: float) -> list[optuna.trial.F
 
 
 def _launch_and_bench(plan: RunPlan, space: SearchSpace, t: optuna.trial.FrozenTrial, round_: int, launch: int,
-                      db: ResultsDB) -> BenchResult | None:
-    """One fresh launch of a finalist, measured and stored; None when it failed or left a point unmeasured."""
+                      db: ResultsDB, ranking: Ranking) -> BenchResult | str:
+    """One fresh launch of a finalist, measured and stored; why it does not count where it failed, left a
+    point unmeasured, or (ranked by energy) has no energy reading."""
     config = config_from_params(space, t.params)
     try:
         with plan.server_spec.launch(config, f"final-{round_}-trial-{t.number:04d}-{launch}") as server:
@@ -276,15 +278,16 @@ def _launch_and_bench(plan: RunPlan, space: SearchSpace, t: optuna.trial.FrozenT
             machine = conditions(getattr(server, "pid", None))
     except (LaunchError, BenchError, ClientError) as exc:
         log.warning("finalist trial %d launch %d failed: %s", t.number, launch, exc)
-        return None
+        return f"failed: {exc}"
     db.add_measurement(study=plan.study_name, trial=None, kind="finalist_bench", config_digest=config.digest,
                        payload={"trial": t.number, "round": round_, "launch": launch, **result.to_dict(),
                                 "conditions": machine}, launch=launch)
     try:
         objectives_from_bench(result)
+        ranking.launch_cost(result)  # by energy: a launch without an energy reading cannot confirm anything
     except Unmeasured as exc:  # a launch that left any point unmeasured does not count
         log.warning("finalist trial %d launch %d unmeasured: %s", t.number, launch, exc)
-        return None
+        return f"not measured: {exc}"
     return result
 
 
@@ -294,50 +297,31 @@ def median_objectives(runs: list[BenchResult]) -> tuple[float, float]:
     return statistics.median(v[0] for v in values), statistics.median(v[1] for v in values)
 
 
-def launch_time(result: BenchResult, mix: RequestMix | None) -> float:
-    """One launch's time by the study's one number: the workload's mean request time on `mix`, or without a
-    mix (a study ranked by the geometric mean) 1 / sqrt(decode x prefill), whose ratio is that mean."""
-    if mix is None:
-        decode, prefill = objectives_from_bench(result)
-        return 1 / math.sqrt(decode * prefill)
-    return mix.time_s(result.headline())
-
-
-def time_floor(floor: NoiseFloor, baseline: list[BenchResult], mix: RequestMix | None) -> float:
-    """The launch time's noise floor from the points' (every objective point present in `floor`): how much
-    longer the baseline's median launch takes with every point slower by its floor at once."""
-    if mix is None:  # 1 / sqrt(decode x prefill), each objective a (weighted) geometric mean of its points
-        weights = decode_weights(baseline[0])
-        decode = geometric_mean((1 + floor.of(m) for m in weights), weights.values())
-        prefill = geometric_mean(1 + floor.of(str(p.metric(PREFILL_RATE))) for p in baseline[0].prefill)
-        return math.sqrt(decode * prefill) - 1
-    headline = median_headline(r.headline() for r in baseline)
-    return mix.time_s({k: v / (1 + (floor.of(k) or 0.0)) for k, v in headline.items()}) / mix.time_s(headline) - 1
-
-
 def judge_finalist(baseline: list[BenchResult], candidate: list[BenchResult], *, floor: NoiseFloor | None,
-                   mix: RequestMix | None) -> dict:
+                   ranking: Ranking) -> dict:
     """A finalist's verdict against the baseline's launches, as plain JSON data for ar_finalists.
 
-    Qualified: autoresearch.faster calls it faster (the speed-up from each launch above 1 beyond the
-    noise, and slower on no point by bench's rule), with every point compared (one that either side
-    lacks makes the finalist not comparable). Its `speedup` is the request-time speed-up on `mix`, or
-    without a mix (a study ranked by the geometric mean) the geometric mean of the two speed-ups, of
-    each side's median launch; `speed` holds its interval and margin.
+    Qualified: autoresearch.faster calls it better by the study's measure (the gain from each launch
+    above 1 beyond the noise, and worse on no point by bench's rule), with every point compared (one
+    that either side lacks makes the finalist not comparable). Its `speedup` is the request-time
+    speed-up on the ranking's mix, E(baseline) / E(finalist) in a study ranked by energy, or without a
+    mix (a study ranked by the geometric mean) the geometric mean of the two speed-ups, of each side's
+    median launch; `speed` holds its interval and margin. `floor` is the measure's floor.
     """
     base_values, values = median_objectives(baseline), median_objectives(candidate)
     common = {"decode": values[0], "prefill": values[1], "baseline_values": list(base_values),
               "launches": len(candidate), "decode_speedup": values[0] / base_values[0],
-              "prefill_speedup": values[1] / base_values[1], "ranked_by": GEOMEAN if mix is None else RANKED_BY}
-    metrics = objective_metrics(baseline[0])
+              "prefill_speedup": values[1] / base_values[1],
+              "ranked_by": GEOMEAN if ranking.mix is None else ranking.measure.ranked_by}
     try:
-        comparisons = compare(_pooled(baseline), _pooled(candidate), noise_floor=floor, metrics=metrics)
-        base_times = [launch_time(r, mix) for r in baseline]
-        times = [launch_time(r, mix) for r in candidate]
+        comparisons = compare(_pooled(baseline, ranking), _pooled(candidate, ranking), noise_floor=floor,
+                              metrics=ranking.point_metrics(baseline[0]))
+        base_costs = [ranking.launch_cost(r) for r in baseline]
+        costs = [ranking.launch_cost(r) for r in candidate]
     except (MissingMetric, Unmeasured) as exc:
         return {**common, "qualified": False, "speedup": None, "reason": f"not comparable: {exc}"}
-    floor_rel = time_floor(floor, baseline, mix) if floor is not None else None
-    speed = judge_speed(base_times, times, floor_rel=floor_rel, points=comparisons)
+    floor_rel = ranking.cost_floor(floor, baseline) if floor is not None else None
+    speed = judge_speed(base_costs, costs, floor_rel=floor_rel, points=comparisons, measure=ranking.measure)
     return {**common, "qualified": speed.faster, "speedup": speed.speedup, "speed": speed.to_dict(),
             "reason": speed.text(), "comparisons": [c.to_dict() for c in comparisons]}
 

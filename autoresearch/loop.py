@@ -23,7 +23,7 @@ from autoresearch.preflight import preflight
 from autoresearch.progress import Progress
 from autoresearch.ranking import Ranking
 from autoresearch.report import write_report
-from autoresearch.request_time import RANKED_BY
+from autoresearch.request_time import ENERGY_RANKED, RANKED_BY
 from autoresearch.servers import reap_orphan_servers
 from autoresearch.study import check_enqueued, open_study, tasks_pending
 from autoresearch.trial import TrialRunner
@@ -55,15 +55,18 @@ def best_line(study: optuna.Study) -> str:
     if not ranked:
         return f"{line}; no front member could be ranked (see the warnings)"
     score, best = ranked[0]
-    scalar = "request time" if ranking.ranked_by == RANKED_BY else "geometric mean"
+    scalar = ranking.measure.name if ranking.mix is not None else "geometric mean"
     if score <= 1.0:  # on the front by one objective, slower overall: the baseline is still the best
-        return f"{line}; no candidate faster yet (closest: trial {best.number} at {score:.3f}x by {scalar})"
+        return f"{line}; no candidate {ranking.measure.better} yet (closest: trial {best.number} at {score:.3f}x by {scalar})"
     pending = ", task tier pending" if tasks_pending(best) else ""
     return (f"trial {best.number}: decode {best.values[0]:.1f}, prefill {best.values[1]:.0f} tok/s "
             f"({score:.3f}x by {scalar}{pending})")
 
 
 def _speedups(champion) -> str:
+    if champion.ranked_by == ENERGY_RANKED:
+        return (f"energy per request {champion.speedup:.3f}x less (decode {champion.decode_speedup:.3f}x, prefill "
+                f"{champion.prefill_speedup:.3f}x as fast)")
     if champion.ranked_by != RANKED_BY:
         return f"speed-up {champion.speedup:.3f}x (geometric mean of decode and prefill)"
     return (f"request time {champion.speedup:.3f}x faster (decode {champion.decode_speedup:.3f}x, prefill "

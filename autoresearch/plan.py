@@ -144,6 +144,7 @@ class RunPlan:
     minimize_max_launches: int | None = None  # cap on the minimization's launches (None: its own bound)
     task_tier_scope: str = "finalists"  # who the task tier judges (autoresearch.forecast.SCOPES)
     stated_rates: dict = field(default_factory=dict)  # the night plan's rates the user stated (autoresearch.night)
+    rank_by: str = "time"  # --rank-by: what ranks best so far, finalists, champion (autoresearch.ranking.RANK_BY)
 
     @property
     def storage_label(self) -> str:
@@ -165,6 +166,14 @@ class RunPlan:
             raise PlanError("--minimize-launches and --minimize-max-launches must be >= 1")
         if self.finalists < 1 or self.finalist_launches < 1:
             raise PlanError("--finalists and --finalist-launches must be >= 1")
+        if self.rank_by not in ("time", "energy"):
+            raise PlanError(f"--rank-by {self.rank_by!r}: time or energy")
+        if self.rank_by == "energy" and self.bench_plan.gpu_index is None:
+            raise PlanError(f"--rank-by energy needs the GPU's energy readings (NVML); the {self.engine} engine's "
+                            "bench reads no GPU")
+        if self.rank_by == "energy" and self.minimize:  # autoresearch.minimize keeps request time, not energy
+            raise PlanError("--minimize keeps the champion's request time, not its energy: with --rank-by energy "
+                            "pass --no-minimize")
         named = self.bench_plan.workload["sha256"] if self.bench_plan.workload else None
         if self.workload is not None and named != self.workload.sha256:
             raise PlanError("the bench plan names another workload than the one given")
@@ -200,7 +209,8 @@ class RunPlan:
         --grace, the startup timeout, --task-tier-scope, the night plan's rate flags). --pin changes the baseline and the search space; --vram and
         --emulate-vram which configurations fit and what a server may use; --host-memory-limit the same
         for the CPU engine; the probe set the fidelity reference; the suite flags the tasks the baseline
-        answered (concurrency too: batching can change the numerics)."""
+        answered (concurrency too: batching can change the numerics). --rank-by is kept apart, in the study's
+        own `ranked_by`: autoresearch.ranking.settle_ranked_by refuses another on resume."""
         overrides = self.suite_overrides
         return {
             "--pin": dict(sorted(self.pinned.items())),

@@ -38,13 +38,16 @@ from autoresearch.objectives import DECODE_RATE, PREFILL_RATE
 from bench import BenchResult
 from bench.metrics import DECODE_ENERGY, PREFILL_ENERGY, Metric
 
-__all__ = ["RANKED_BY", "RequestKind", "RequestMix", "median_headline", "prefill_rate_at", "ranking_label"]
+__all__ = ["ENERGY_RANKED", "RANKED_BY", "RequestKind", "RequestMix", "median_headline", "prefill_rate_at", "ranking_label"]
 
 # How a study's one number was computed, as its champion and RESULTS.md record it. A study stored
 # before request time ranked has no `ranked_by`: it was ranked by the geometric mean.
 RANKED_BY = "request_time"
+ENERGY_RANKED = "energy_per_request"  # --rank-by energy: the same requests, joules in place of seconds
 GEOMEAN = "geometric_mean"
 _LABELS = {RANKED_BY: "request time on the workload: T(baseline) / T(candidate)",
+           ENERGY_RANKED: "energy per request on the workload (--rank-by energy): E(baseline) / E(candidate), "
+                          "joules under the user's own power limit",
            GEOMEAN: "the geometric mean of the decode and prefill speed-ups (the scalar before request time)"}
 
 

@@ -28,7 +28,14 @@ from autoresearch.per_kind import DecodeByKind, read_decode_by_kind
 from autoresearch.plan import RunPlan
 from autoresearch.provenance import gpu_uuid
 from autoresearch.ranking import Ranking
-from autoresearch.request_time import GEOMEAN, RANKED_BY, RequestMix, median_headline, ranking_label
+from autoresearch.request_time import (
+    ENERGY_RANKED,
+    GEOMEAN,
+    RANKED_BY,
+    RequestMix,
+    median_headline,
+    ranking_label,
+)
 from autoresearch.study import feasible, tasks_pending
 from bench.metrics import Metric
 from eval import EvalStore
@@ -63,6 +70,11 @@ class Champion:
     @property
     def by_request_time(self) -> bool:
         return self.ranked_by == RANKED_BY
+
+    @property
+    def by_energy(self) -> bool:
+        """Ranked by energy per request (--rank-by energy): `speedup` is E(baseline) / E(champion)."""
+        return self.ranked_by == ENERGY_RANKED
 
     @property
     def who(self) -> str:

@@ -103,6 +103,10 @@ def open_study(plan: RunPlan, space: SearchSpace) -> optuna.Study:
                 f"(key {stored_key} != {plan.key}); choose another --study name"
             )
         _check_settings(study, plan)
+        # imported here: autoresearch.ranking reads the objectives, which read this module
+        from autoresearch.ranking import settle_ranked_by
+
+        settle_ranked_by(study, plan.rank_by, new=stored_key is None)  # another --rank-by on resume: refused
         if stored_key is None:
             study.set_user_attr("run_key", plan.key)
             study.set_user_attr("model", {"name": plan.model.name, "source": plan.model.source,
@@ -111,10 +115,6 @@ def open_study(plan: RunPlan, space: SearchSpace) -> optuna.Study:
             study.set_user_attr("suite", plan.suite)
             study.set_user_attr("bench_plan", plan.bench_plan.to_dict())
             study.set_metric_names(list(OBJECTIVES))
-            # imported here: autoresearch.ranking reads the objectives, which read this module
-            from autoresearch.ranking import mark_ranked_by_request_time
-
-            mark_ranked_by_request_time(study)  # a study stored before it keeps its geometric mean
         optuna.storages.fail_stale_trials(study)
         retry_interrupted(study)
         study.sampler = optuna.samplers.TPESampler(

@@ -413,7 +413,8 @@ class TrialRunner:
             self._stage(record, "noise floor")
             floor = measure_fidelity(server.url, reference, store=self.store, role="noise_floor", label=label + "#2")
         return BaselineEvidence(label=label, reference=reference, fidelity_floor=floor, suite=suite, bench=bench,
-                                speed_floor=noise_floor(bench.samples(), second.samples()), trial_number=trial.number)
+                                speed_floor=noise_floor(bench.samples(), second.samples()), trial_number=trial.number,
+                                energy_floor=noise_floor(bench.energy_samples(), second.energy_samples()))
 
     def _baseline_bench(self, trial: optuna.Trial, config: ServingConfig, record: _Record, server,
                         launch: int) -> BenchResult:

@@ -111,7 +111,8 @@ class StageEnv:
         return {k: v for k, v in trial.distributions.items() if k in params}
 
     def baseline_done(self, *, values: tuple[float, float] = (100.0, 1000.0),
-                      floor: dict[str, float] | None = None, **attrs) -> int:
+                      floor: dict[str, float] | None = None, energy_floor: dict[str, float] | None = None,
+                      **attrs) -> int:
         """The baseline's trial and evidence as a finished baseline leaves them (a one-probe reference)."""
         number = self.add_trial(None, values, role="baseline", outcome="baseline", **attrs)
         scores = ProbeScores(probe_id="p0", token_logprobs=(-0.1,), top=({3: -0.1},))
@@ -131,7 +132,8 @@ class StageEnv:
             label="stages:baseline", reference=dataclasses.replace(reference, reference_id=reference_id),
             fidelity_floor=load_fidelity_measurement(self.store, floor_id), suite=None, bench=bench,
             speed_floor=NoiseFloor(rel_diff=tuple(sorted((floor or {}).items()))) if floor else None,
-            trial_number=number))
+            trial_number=number,
+            energy_floor=NoiseFloor(rel_diff=tuple(sorted(energy_floor.items()))) if energy_floor else None))
         return number
 
     def run(self, changes: dict | None = None, *, role: str = "candidate") -> optuna.trial.FrozenTrial:

@@ -33,7 +33,8 @@ def test_the_baseline_is_measured_first_in_both_launches_then_reference_suite_an
                                                                                        monkeypatch):
     env = StageEnv.make(tmp_path, small_model)
     calls: list[str] = []
-    launcher = FakeLauncher(on_launch=lambda config: calls.append(f"launch {len(launcher.launches) - 1}"))
+    launcher = FakeLauncher(on_launch=lambda config: calls.append(f"launch {len(launcher.launches) - 1}"),
+                            watts={"*": [300.0, 330.0]})  # the second launch drew 10% more at the same speed
     launcher.install(monkeypatch)
     monkeypatch.setattr("autoresearch.plan.run_bench",
                         lambda *a, **kw: calls.append("bench") or launcher.run_bench(*a, **kw))
@@ -50,6 +51,11 @@ def test_the_baseline_is_measured_first_in_both_launches_then_reference_suite_an
                                                  "relaunch", "bench again", "noise floor"]
     assert TrialOutcome.of(trial) is TrialOutcome.BASELINE and launcher.benched == [env.digest()] * 2
     assert env.study.user_attrs["baseline_evidence"]["suite_run_id"] == 7
+    # the two launches' floors side by side: speed the same, tokens per joule 300/330 apart at every point
+    evidence = env.study.user_attrs["baseline_evidence"]
+    assert set(evidence["speed_floor"].values()) == {0.0}
+    assert len(evidence["energy_floor"]) == 3 and evidence["energy_floor"] == pytest.approx(
+        dict.fromkeys(evidence["energy_floor"], 1 - 300 / 330))
 
 
 def test_a_baseline_that_cannot_be_measured_says_which_launch_and_why(tmp_path, small_model, monkeypatch):

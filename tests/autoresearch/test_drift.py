@@ -135,7 +135,7 @@ def _baseline_measured(study, plan, space, db, machine):
         evidence = SimpleNamespace(label="b", reference=SimpleNamespace(model_manifest_hash="0", probe_set_digest="d"),
                                    fidelity_floor=SimpleNamespace(measurement_id=1), suite=None,
                                    speed_floor=noise_floor(results[0].samples(), results[1].samples()),
-                                   trial_number=trial.number)
+                                   trial_number=trial.number, energy_floor=None)
         save_baseline(trial.study, evidence)
         for key in CONSTRAINTS:
             trial.set_constraint(key, -1.0)
@@ -143,7 +143,7 @@ def _baseline_measured(study, plan, space, db, machine):
 
     study.optimize(protocol, n_trials=1)
     return SimpleNamespace(label="b", reference=None, fidelity_floor=None, suite=None, bench=results[0],
-                           speed_floor=NoiseFloor(rel_diff=()), trial_number=0)
+                           speed_floor=NoiseFloor(rel_diff=()), trial_number=0, energy_floor=None)
 
 
 def _study_after_baseline(plan, machine, monkeypatch):

@@ -19,7 +19,8 @@ from autoresearch.objectives import (
     objectives_from_bench,
     speedup_score,
 )
-from autoresearch.request_time import RequestKind, RequestMix
+from autoresearch.ranking import Ranking
+from autoresearch.request_time import GEOMEAN, RANKED_BY, RequestKind, RequestMix
 from autoresearch.study import CONSTRAINTS
 from bench import (
     BenchResult,
@@ -157,6 +158,7 @@ def _launch(decode: list, prefill: list) -> BenchResult:
 
 BASE = [_launch([100, 101, 99], [1000, 1010, 990]), _launch([100, 100, 102], [1000, 1005, 995])]
 FLOOR = NoiseFloor(rel_diff=(("decode_tok_per_s_client@1024/math", 0.01), ("prefill_tok_per_s_server@8192", 0.02)))
+GEO = Ranking(GEOMEAN, None)  # a study ranked by the geometric mean
 
 
 def test_the_median_of_two_launches_is_their_mean_not_the_larger():
@@ -164,7 +166,7 @@ def test_the_median_of_two_launches_is_their_mean_not_the_larger():
 
 
 def test_a_finalist_faster_on_one_point_and_slower_on_none_is_confirmed():
-    verdict = judge_finalist(BASE, [_launch([100, 101, 100], [1300, 1310, 1290])] * 2, floor=FLOOR, mix=None)
+    verdict = judge_finalist(BASE, [_launch([100, 101, 100], [1300, 1310, 1290])] * 2, floor=FLOOR, ranking=GEO)
     assert verdict["qualified"] is True and verdict["reason"].startswith("faster: request time 1.140x [1.140, 1.140]")
     assert verdict["speedup"] == pytest.approx(math.sqrt(100.0 / 100.0 * 1300.0 / 1000.0))
     assert verdict["speed"]["interval"] == pytest.approx([verdict["speedup"]] * 2)
@@ -175,14 +177,14 @@ def test_a_finalist_faster_on_one_point_and_slower_on_none_is_confirmed():
 
 
 def test_a_finalist_slower_on_any_point_is_not_confirmed():
-    verdict = judge_finalist(BASE, [_launch([80, 81, 79], [1300, 1310, 1290])], floor=FLOOR, mix=None)
+    verdict = judge_finalist(BASE, [_launch([80, 81, 79], [1300, 1310, 1290])], floor=FLOOR, ranking=GEO)
     assert verdict["qualified"] is False and verdict["speedup"] > 1  # the geometric mean would crown it
     assert verdict["reason"].endswith("; slower on decode_tok_per_s_client@1024/math")
 
 
 def test_a_difference_inside_the_launch_to_launch_noise_is_not_confirmed():
     noisy = NoiseFloor(rel_diff=(("decode_tok_per_s_client@1024/math", 0.01), ("prefill_tok_per_s_server@8192", 0.2)))
-    verdict = judge_finalist(BASE, [_launch([100, 101, 100], [1300, 1310, 1290])], floor=noisy, mix=None)
+    verdict = judge_finalist(BASE, [_launch([100, 101, 100], [1300, 1310, 1290])], floor=noisy, ranking=GEO)
     assert verdict["qualified"] is False and verdict["reason"].startswith("not shown faster: request time 1.140x")
 
 
@@ -196,7 +198,7 @@ def test_a_finalist_faster_on_prefill_and_within_the_floor_slower_on_decode_is_n
     """Before: qualified point by point (prefill faster, decode 'same' inside its floor) at 0.967x request time."""
     floor = NoiseFloor(rel_diff=(("decode_tok_per_s_client@1024/math", 0.02), ("prefill_tok_per_s_server@8192", 0.02)))
     candidate = [_launch([96.25] * 3, [1600] * 3)] * 2
-    verdict = judge_finalist(BASE, candidate, floor=floor, mix=_mix())
+    verdict = judge_finalist(BASE, candidate, floor=floor, ranking=Ranking(RANKED_BY, _mix()))
     assert {c["metric"]: c["verdict"] for c in verdict["comparisons"]} == {
         "decode_tok_per_s_client@1024/math": "same", "prefill_tok_per_s_server@8192": "faster"}
     assert verdict["speedup"] == pytest.approx((500 / 1000 + 3000 / 100) / (500 / 1600 + 3000 / 96.25))
@@ -209,7 +211,7 @@ def test_a_request_time_gain_inside_the_launch_to_launch_noise_is_not_shown_fast
     base = [_launch([100] * 3, [1000] * 3), _launch([102] * 3, [1020] * 3)]
     floor = NoiseFloor(rel_diff=(("decode_tok_per_s_client@1024/math", 0.02), ("prefill_tok_per_s_server@8192", 0.02)))
     candidate = [_launch([101] * 3, [1010] * 3), _launch([104] * 3, [1040] * 3)]
-    verdict = judge_finalist(base, candidate, floor=floor, mix=_mix())
+    verdict = judge_finalist(base, candidate, floor=floor, ranking=Ranking(RANKED_BY, _mix()))
     assert verdict["speedup"] > 1 and verdict["qualified"] is False
     low, high = verdict["speed"]["interval"]
     assert low < 1 < high and verdict["reason"].startswith("not shown faster")
@@ -217,7 +219,7 @@ def test_a_request_time_gain_inside_the_launch_to_launch_noise_is_not_shown_fast
 
 def test_a_finalist_that_cannot_be_compared_on_every_point_is_not_confirmed():
     partial_floor = NoiseFloor(rel_diff=(("decode_tok_per_s_client@1024/math", 0.01),))
-    verdict = judge_finalist(BASE, [_launch([130] * 3, [1300] * 3)], floor=partial_floor, mix=None)
+    verdict = judge_finalist(BASE, [_launch([130] * 3, [1300] * 3)], floor=partial_floor, ranking=GEO)
     assert verdict["qualified"] is False
     assert verdict["reason"].startswith("not comparable: cannot compare what was not measured: "
                                         "prefill_tok_per_s_server@8192 (the noise floor lacks it)")

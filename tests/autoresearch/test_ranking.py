@@ -70,7 +70,7 @@ def test_the_champion_among_confirmed_finalists_follows_the_studys_number(tmp_pa
     study = _study(tmp_path, request_time=request_time)
     speeds = {0: BASE, 1: PREFILL_2X, 2: DECODE_1_1X}
 
-    def scripted_launch(plan, space, t, round_, launch, db):
+    def scripted_launch(plan, space, t, round_, launch, db, ranking):
         decode, prefill = speeds[t.number]
         spread = (0.99, 1.0, 1.01)
         return _result({8192: [prefill * s for s in spread]}, {(1024, "math"): [decode * s for s in spread]})

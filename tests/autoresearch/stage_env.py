@@ -78,7 +78,9 @@ class StageEnv:
         db, store = ResultsDB(plan.storage_url), EvalStore(plan.storage_url)
         runner = TrialRunner(plan, space, db, store, Progress(study=plan.study_name, trials=plan.trials, hours=None,
                                                              live=False))
-        study = study or optuna.create_study(directions=["maximize", "maximize"])
+        # in the run's own SQLite, as the loop keeps it (a verdict written back needs an RDB storage)
+        study = study or optuna.create_study(directions=["maximize", "maximize"], storage=plan.storage_url,
+                                             study_name=plan.study_name)
         return cls(plan=plan, space=space, study=study, db=db, store=store, runner=runner)
 
     def params(self, changes: dict | None = None) -> dict:

@@ -89,8 +89,9 @@ def test_a_pending_finalist_whose_task_tier_cannot_run_has_its_passing_fidelity_
     def cannot_launch(*_, **__):
         raise ServerCrashed("the finalist's server exited with -11", log_tail="Segmentation fault")
 
-    runner = SimpleNamespace(plan=env.plan, store=env.store, db=env.db, judge=cannot_launch)
-    verdict = TierRunner.judge_pending(runner, env.study, env.study.trials[trial.number])
+    runner = object.__new__(TierRunner)  # the real runner's judging, with a launch that crashes
+    runner.plan, runner.store, runner.db, runner.judge = env.plan, env.store, env.db, cannot_launch
+    verdict = runner.judge_pending(env.study, env.study.trials[trial.number])
 
     [row] = _rows(env, trial)
     assert not verdict["passed"] and verdict["decision_id"] == row["id"] == before["id"]

@@ -17,6 +17,7 @@ from autoresearch.judging import JUDGED
 from autoresearch.logs import log_to_file
 from autoresearch.minimal_champion import minimize_champion
 from autoresearch.minimal_gate import gate_minimal
+from autoresearch.model_source import record_manifest
 from autoresearch.night import announce_plan
 from autoresearch.plan import RunPlan
 from autoresearch.preflight import preflight
@@ -114,6 +115,9 @@ def _run(plan: RunPlan, space) -> int:
     if stopped:
         log.warning("stopped %d server(s) left running by a killed loop", stopped)
     study = open_study(plan, space)
+    for model in (plan.model, plan.draft_model):  # the run is accepted: the manifests its resolving made
+        if model is not None:
+            record_manifest(model)
     log.info("study %s in %s: %d trials so far; search space of %s configurations", plan.study_name,
              plan.storage_url, len(study.trials), space.size())
     with Progress(study=plan.study_name, trials=plan.trials, hours=plan.hours) as progress:

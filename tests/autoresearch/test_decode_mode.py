@@ -51,6 +51,7 @@ def test_answers_too_short_to_time_are_unmeasured_never_a_rate(answer_tokens, re
     with pytest.raises(Unmeasured) as caught:
         objectives_from_bench(result)
     assert str(caught.value).startswith("decode_tok_per_s_client@128/math: 0 valid of ") and reason in str(caught.value)
+    assert ("--bench-decode-until length" in str(caught.value)) == (reason == "too short to time decode")  # the fix
     assert not any(r.spec.ignore_eos for d in result.decode for r in (*d.warmups, *d.runs))
 
 

@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--study", help="study name (default: from suite, engine and model manifest)")
     parser.add_argument("--storage", default=DEFAULT_STORAGE,
                         help="Optuna/results storage URL: sqlite:///results.db or postgresql://... (shared by workers)")
-    parser.add_argument("--results-md", type=Path, default=Path("RESULTS.md"))
+    parser.add_argument("--results-md", type=Path, help="the report (default: RESULTS.md; report: beside --storage's "
+                        "SQLite database, so a committed study's never lands on yours)")
     parser.add_argument("--workdir", type=Path, default=Path("runs"), help="server logs, configs, suite runs")
     parser.add_argument("--port", type=int, default=0, help="pin the servers' port (default 0: a free port per launch)")
     parser.add_argument("--pin", action="append", default=[], metavar="KNOB=VALUE",
@@ -95,9 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default with --suite none); or a bench workload JSON file")
     parser.add_argument("--bench-decode-tokens", type=int, help="tokens per decode run (default 128 on GPU)")
     parser.add_argument("--bench-decode-until", choices=("length", "eos"),
-                        help="length (default): every decode run exactly --bench-decode-tokens, past the answer; "
-                        "eos: the model's own answers (for a model that answers within --bench-decode-tokens, "
-                        "where the text past its answer would flatter drafting)")
+                        help="eos (default; a resumed study keeps its own): the model's own answers, up to "
+                        "--bench-decode-tokens; length: every run exactly that many, past the answer (text there "
+                        "flatters drafting)")
     parser.add_argument("--bench-max-repeats", type=int, help="measured runs per point at most (default 6 on GPU)")
     parser.add_argument("--min-floor-top1-disagreement", type=float,
                         help="gate: the top-1 disagreement floor assumed when the measured one is smaller "
@@ -132,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-drift-check", action="store_true",
                         help="never re-measure the baseline; prune on raw speeds against its first reading")
     parser.add_argument("--out", type=Path, help="export: where to write it (default: champion.json for --format serving, "
-                        "the folder tabbyapi-export for --format tabbyapi)")
+                        "the folder tabbyapi-export for --format tabbyapi; git ignores both)")
     parser.add_argument("--format", choices=("serving", "tabbyapi"), default="serving",
                         help="export: this project's serving config (default), or TabbyAPI's config.yml + exl3.env, "
                         "with the settings TabbyAPI cannot express and their measured cost in NOT-EXPRESSED.md")
@@ -146,12 +147,13 @@ def make_plan(args: argparse.Namespace):
     from autoresearch.model_source import model_of_study, resolve_model
     from autoresearch.night import stated_from_args
     from autoresearch.plan import RunPlan, default_probe_config, study_name_for
+    from autoresearch.stored_study import stored_decode_until, stored_study
     from search_space import gpu_memory_bytes, parse_bytes
     from serving.config import engine_for_checkpoint
 
     _check_flags(args)  # before the model is hashed and the workload built (seconds to minutes)
     cache_dir = Path(os.environ.get("AUTORESEARCH_CACHE", Path.home() / ".cache" / "exl3-autoresearch"))
-    stored = _stored_study(args) if args.command != "run" else None
+    stored = stored_study(args.storage, args.study) if args.command != "run" and args.study else None
     if stored is not None:  # report/export of a stored study: what it was made with, no weights needed
         model = model_of_study(stored, locks_dir=Path("locks"))
         engine, suite = args.engine or stored["engine"], args.suite or stored["suite"]
@@ -190,15 +192,16 @@ def make_plan(args: argparse.Namespace):
         if engine != "exllamav3":
             raise PlanError("--draft-model applies to the exllamav3 engine only")
         draft_model = resolve_model(args.draft_model, locks_dir=Path("locks"), cache_dir=cache_dir)
+    study_name = args.study or study_name_for(suite, engine, model.manifest_hash)
+    resumed = stored_study(args.storage, study_name) if args.command == "run" else stored
     return RunPlan(
         draft_model=draft_model,
         gate_policy=gate_policy,
-        model=model, engine=engine, suite=suite,
-        study_name=args.study or study_name_for(suite, engine, model.manifest_hash),
-        storage_url=args.storage, workdir=args.workdir.resolve(), results_md=args.results_md.resolve(), trials=trials, hours=args.hours,
+        model=model, engine=engine, suite=suite, study_name=study_name,
+        storage_url=args.storage, workdir=args.workdir.resolve(), results_md=(args.results_md or Path("RESULTS.md")).resolve(), trials=trials, hours=args.hours,
         vram_bytes=vram, emulate_vram=args.emulate_vram,
         host_memory_limit_bytes=parse_bytes(args.host_memory_limit) if args.host_memory_limit else None, port=args.port, seed=args.seed,
-        bench_plan=_bench_plan(engine, args, workload), workload=workload, probe_config=default_probe_config(engine), suite_overrides=overrides,
+        bench_plan=_bench_plan(engine, args, workload, stored_decode_until(resumed)), workload=workload, probe_config=default_probe_config(engine), suite_overrides=overrides,
         pinned=pinned, enqueued=enqueued, levers=not args.no_levers, baseline_changes=baseline_changes, finalists=args.finalists, finalist_launches=args.finalist_launches,
         heartbeat_s=args.heartbeat, grace_s=args.grace, drift=_drift_policy(args),
         minimize=not model.is_embedded and args.rank_by == "time" if args.minimize is None else args.minimize,
@@ -260,19 +263,6 @@ def _suite_overrides(args: argparse.Namespace, *, embedded: bool, suite: str = "
             overrides.setdefault("limit", 2)
         overrides.setdefault("max_tokens", 48)
     return overrides
-
-
-def _stored_study(args: argparse.Namespace) -> dict | None:
-    """The user attributes of the study --study names in --storage, when it exists and names its model."""
-    if not args.study:
-        return None
-    import optuna
-
-    try:
-        attrs = optuna.load_study(study_name=args.study, storage=args.storage).user_attrs
-    except KeyError:
-        return None
-    return attrs if "model" in attrs and "engine" in attrs and "suite" in attrs else None
 
 
 def _gate_policy(args: argparse.Namespace, *, mode: str):
@@ -359,27 +349,13 @@ def _workload(args: argparse.Namespace, suite_name: str, overrides: dict):
         raise PlanError(f"--bench-workload {choice}: {exc}") from exc
 
 
-def _bench_plan(engine: str, args: argparse.Namespace, workload=None):
-    import dataclasses
+def _bench_plan(engine: str, args: argparse.Namespace, workload=None, stored_decode_until: str | None = None):
+    from autoresearch.plan import bench_plan_from_flags
 
-    from autoresearch.plan import default_bench_plan
-
-    plan = default_bench_plan(engine, workload)
-    changes = {}
-    for flag, field in (("bench_prefill", "prefill_tokens"), ("bench_decode", "decode_context_tokens")):
-        if getattr(args, flag) is not None:
-            changes[field] = _token_counts(args, flag)
-    if args.bench_decode_tokens is not None:
-        changes["decode_tokens"] = args.bench_decode_tokens
-    if args.bench_decode_until is not None:
-        changes["decode_until"] = args.bench_decode_until
-    if args.bench_max_repeats is not None:
-        changes["max_repeats"] = args.bench_max_repeats
-        changes["min_repeats"] = min(plan.min_repeats, args.bench_max_repeats)
-    try:
-        return dataclasses.replace(plan, **changes)
-    except ValueError as exc:  # BenchConfigError names the field
-        raise PlanError(str(exc)) from exc
+    return bench_plan_from_flags(
+        engine, workload, stored_decode_until=stored_decode_until, prefill_tokens=_token_counts(args, "bench_prefill"),
+        decode_context_tokens=_token_counts(args, "bench_decode"), decode_tokens=args.bench_decode_tokens,
+        decode_until=args.bench_decode_until, max_repeats=args.bench_max_repeats)
 
 
 def _token_counts(args: argparse.Namespace, flag: str) -> tuple[int, ...] | None:
@@ -440,10 +416,11 @@ def _command(args: argparse.Namespace) -> int:
         with contextlib.ExitStack() as stack:
             stated_plan = args.command == "plan" and not args.study  # rates stated: no database needed
             if args.command != "run" and not stated_plan:  # reports and exports only read: a snapshot
-                args.storage = stack.enter_context(readable_storage(args.storage))
+                try:
+                    args.storage = stack.enter_context(readable_storage(args.storage))
+                except FileNotFoundError as exc:  # only this: a missing file elsewhere is no missing database
+                    raise StorageError(f"no database at {shown}: run the loop first, or pass --storage") from exc
             return _run_command(args, shown)
-    except FileNotFoundError as exc:
-        raise StorageError(f"no database at {shown}: run the loop first, or pass --storage") from exc
     except sqlalchemy.exc.DatabaseError as exc:  # corrupt, not a database, locked, unreachable server
         raise StorageError(f"cannot use {shown}: {exc.orig if exc.orig is not None else exc}".splitlines()[0]) \
             from exc
@@ -452,8 +429,9 @@ def _command(args: argparse.Namespace) -> int:
 def _plan_command(args: argparse.Namespace) -> int:
     """The night plan from a stored study or stated rates: no model, no GPU needed."""
     from autoresearch.night import plan_command
+    from autoresearch.stored_study import stored_study
 
-    stored = _stored_study(args)
+    stored = stored_study(args.storage, args.study) if args.study else None
     suite = args.suite or (stored or {}).get("suite") or "offline"
     if suite == "none":
         raise PlanError("plan: --suite none has no task tier to plan")
@@ -468,6 +446,10 @@ def _run_command(args: argparse.Namespace, shown_storage: str) -> int:
     try:
         if args.command == "plan":
             return _plan_command(args)
+        if args.command in ("export", "report"):
+            from autoresearch.outputs import settle_reading_command
+
+            settle_reading_command(args, shown_storage)
         plan = make_plan(args)
         if shown_storage != args.storage:
             import dataclasses

@@ -19,6 +19,7 @@ from autoresearch.db import ResultsDB
 from autoresearch.errors import StudyError
 from autoresearch.finalists import load_champion
 from autoresearch.minimize import Cost, Minimization
+from autoresearch.outputs import EXPORT_DEFAULTS
 from autoresearch.plan import RunPlan
 from autoresearch.report import write_report
 from autoresearch.request_time import ranking_label
@@ -69,8 +70,8 @@ def export_champion(plan: RunPlan, out: Path | None, *, fmt: str = "serving", fu
             config = ServingConfig.from_dict(champion["config"])
             who = (f"trial {champion['trial']} (the confirmed champion: of what TabbyAPI can express, its changes "
                    "were measured faster than the minimal champion's)")
-        return _export_tabbyapi(plan, study, config, who, minimization, out or Path("tabbyapi-export"), champion)
-    out = out or Path("champion.json")
+        return _export_tabbyapi(plan, study, config, who, minimization, out or EXPORT_DEFAULTS["tabbyapi"], champion)
+    out = out or EXPORT_DEFAULTS["serving"]
     out.write_text(config.to_json() + "\n")
     print(f"wrote {out}: {who}, decode {champion['decode_tok_per_s']:.2f} tok/s, prefill "
           f"{champion['prefill_tok_per_s']:.1f} tok/s ({champion['speedup']:.3f}x the baseline as confirmed, by "

@@ -17,6 +17,7 @@ from autoresearch.judging import JUDGED
 from autoresearch.logs import log_to_file
 from autoresearch.minimal_champion import minimize_champion
 from autoresearch.minimal_gate import gate_minimal, gate_tabbyapi_subset
+from autoresearch.model_source import record_manifest
 from autoresearch.night import announce_plan
 from autoresearch.plan import RunPlan
 from autoresearch.preflight import preflight
@@ -111,6 +112,13 @@ def run(plan: RunPlan) -> int:
         return _run(plan, space)
 
 
+def _record_manifests(plan: RunPlan) -> None:
+    """The run is accepted (its study is open): keep the manifests its models' resolving made."""
+    for model in (plan.model, plan.draft_model):
+        if model is not None:
+            record_manifest(model)
+
+
 def _run(plan: RunPlan, space) -> int:
     db = ResultsDB(plan.storage_url)  # first: creates the file and switches SQLite to WAL
     store = EvalStore(plan.storage_url)
@@ -118,6 +126,7 @@ def _run(plan: RunPlan, space) -> int:
     if stopped:
         log.warning("stopped %d server(s) left running by a killed loop", stopped)
     study = open_study(plan, space)
+    _record_manifests(plan)
     log.info("study %s in %s: %d trials so far; search space of %s configurations", plan.study_name,
              plan.storage_url, len(study.trials), space.size())
     with Progress(study=plan.study_name, trials=plan.trials, hours=plan.hours) as progress:

@@ -4,10 +4,13 @@ A local folder is hashed once (files, sizes, SHA256) and the manifest is reused 
 size or mtime changed. A Hub repository id with a revision is downloaded (huggingface_hub), checked
 against the manifest in locks/ if one was written before, and the manifest is written to locks/.
 With no model at all, the embedded default is generated: the tiny synthetic Qwen3_5, seed 0.
+A new or changed manifest is written only once the run is accepted (`record_manifest`): a refused run
+writes nothing.
 
 Usage:
     model = resolve_model("turboderp/Qwen3.8-27B-exl3@4.00bpw", locks_dir=Path("locks"), cache_dir=...)
     model.path, model.manifest_hash
+    record_manifest(model)  # once the study is open
 """
 
 from __future__ import annotations
@@ -21,13 +24,13 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoresearch.errors import ModelSourceError, PlanError
 from serving.manifest import build_manifest
 
-__all__ = ["EMBEDDED_DEFAULT", "ResolvedModel", "build_manifest", "resolve_model"]
+__all__ = ["EMBEDDED_DEFAULT", "ResolvedModel", "build_manifest", "record_manifest", "resolve_model"]
 
 log = logging.getLogger(__name__)
 EMBEDDED_DEFAULT = "embedded:tiny"
@@ -42,6 +45,19 @@ class ResolvedModel:
     manifest_path: Path
     source: str  # the --model argument, or the embedded default
     is_embedded: bool = False
+    pending_manifest: str | None = field(default=None, repr=False, compare=False)  # to write at manifest_path
+
+
+def record_manifest(model: ResolvedModel) -> None:
+    """Write the manifest resolving found new or changed. It only saves the next run hashing (a Hub model's
+    is checked against it): one that cannot be written is a warning, not a stop."""
+    if model.pending_manifest is None:
+        return
+    try:
+        _write_atomically(model.manifest_path, model.pending_manifest)
+    except OSError as exc:
+        log.warning("cannot write the model's manifest %s (%s): the next run hashes the model again",
+                    model.manifest_path, exc.strerror or exc)
 
 
 def _file_name(name: str) -> str:
@@ -66,10 +82,9 @@ def _local(model_dir: Path, *, name: str, source: str, locks_dir: Path, embedded
             previous = None
     manifest = build_manifest(model_dir, previous)
     manifest.update(model_dir=str(model_dir.resolve()), source=source)
-    if manifest != previous:
-        _write_atomically(path, json.dumps(manifest, indent=1) + "\n")
     return ResolvedModel(path=model_dir.resolve(), name=name, manifest_hash=manifest["manifest_hash"],
-                         manifest_path=path, source=source, is_embedded=embedded)
+                         manifest_path=path, source=source, is_embedded=embedded,
+                         pending_manifest=json.dumps(manifest, indent=1) + "\n" if manifest != previous else None)
 
 
 def _hub(repo_spec: str, *, locks_dir: Path, cache_dir: Path) -> ResolvedModel:
@@ -97,9 +112,8 @@ def _hub(repo_spec: str, *, locks_dir: Path, cache_dir: Path) -> ResolvedModel:
             f"{locked['manifest_hash'][:12]}{' (files differ: ' + ', '.join(sorted(bad)) + ')' if bad else ''}"
         )
     manifest.update(model_dir=str(local), source=repo_spec, repo=repo, revision=revision)
-    _write_atomically(lock_path, json.dumps(manifest, indent=1) + "\n")
     return ResolvedModel(path=local, name=f"{repo.split('/')[-1]}@{revision}", manifest_hash=manifest["manifest_hash"],
-                         manifest_path=lock_path, source=repo_spec)
+                         manifest_path=lock_path, source=repo_spec, pending_manifest=json.dumps(manifest, indent=1) + "\n")
 
 
 def model_of_study(study_attrs: dict, *, locks_dir: Path) -> ResolvedModel:

@@ -46,6 +46,7 @@ PREFILL_RATE = "prefill_tok_per_s_server"
 # unmeasured) carries these: no speed can be mistaken for them, and samplers rank such trials by
 # their violated constraints, never by these values.
 NOT_MEASURED = (-math.inf, -math.inf)
+_TOO_SHORT = "too short to time decode"  # bench.validity's reason for an answer that ended too soon
 
 
 def geometric_mean(values: Iterable[float], weights: Iterable[float] | None = None) -> float:
@@ -109,7 +110,10 @@ def _why(key: str, points: dict) -> str:
         detail = "; ".join(f"{n}x {reason}" for reason, n in reasons.most_common(3))
     else:
         detail = f"the server reported no {'client' if metric.client_timed else 'server'}-side timing"
-    return f"{key}: {len(point.valid_runs)} valid of {len(point.runs)} runs ({detail})"
+    hint = ("; the model's answers here are too short to time: measure decode on longer ones (--bench-workload "
+            "corpus, or a workload FILE) or to a fixed length (--bench-decode-until length)"
+            if any(_TOO_SHORT in reason for reason in reasons) else "")
+    return f"{key}: {len(point.valid_runs)} valid of {len(point.runs)} runs ({detail}){hint}"
 
 
 def speedup_score(values: tuple[float, float], baseline: tuple[float, float]) -> float:

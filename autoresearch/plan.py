@@ -24,7 +24,7 @@ from bench import BenchPlan, BenchResult, Workload, run_bench
 from eval import GatePolicy, ProbeSetConfig
 from openai_client import Endpoint
 
-__all__ = ["DriftPolicy", "RunPlan", "default_bench_plan", "default_probe_config", "study_name_for", "worker_gone", "worker_name"]
+__all__ = ["DriftPolicy", "RunPlan", "bench_plan_from_flags", "default_bench_plan", "default_probe_config", "study_name_for", "worker_gone", "worker_name"]
 
 OBJECTIVES = ("decode_tok_per_s", "prefill_tok_per_s")
 # How the objectives are read from bench (autoresearch.objectives): a study keeps one definition.
@@ -65,12 +65,37 @@ def default_bench_plan(engine: str, workload: Workload | None = None) -> BenchPl
 
 
 def _engine_bench_plan(engine: str) -> BenchPlan:
+    # Decode times the model's own answers (decode_until "eos"): past its answer a model writes text that
+    # drafting predicts far better than an answer, so a fixed length flatters a drafted configuration.
     if engine == "transformers":  # 2 CPU cores: short ladders, few repeats
         return BenchPlan(prefill_tokens=(256,), decode_context_tokens=(128,), decode_kinds=("math",),
-                         decode_tokens=24, min_repeats=3, max_repeats=5, warmup_requests=1, gpu_index=None,
-                         prefill_target_rel_ci=0.10, decode_target_rel_ci=0.05)
+                         decode_tokens=24, decode_until="eos", min_repeats=3, max_repeats=5, warmup_requests=1,
+                         gpu_index=None, prefill_target_rel_ci=0.10, decode_target_rel_ci=0.05)
     return BenchPlan(prefill_tokens=(8192,), decode_context_tokens=(1024, 8192), decode_kinds=("math",),
-                     decode_tokens=128, min_repeats=3, max_repeats=6)
+                     decode_tokens=128, decode_until="eos", min_repeats=3, max_repeats=6)
+
+
+def bench_plan_from_flags(engine: str, workload: Workload | None = None, *, stored_decode_until: str | None = None,
+                          **flags) -> BenchPlan:
+    """The engine's plan with the --bench-* flags given (`flags`: BenchPlan fields, None where not given).
+
+    Without --bench-decode-until a stored study keeps the mode it was measured with (`stored_decode_until`,
+    autoresearch.stored_study): a study made when fixed-length decode was the default resumes as it began."""
+    plan = default_bench_plan(engine, workload)
+    changes = {k: v for k, v in flags.items() if v is not None}
+    if changes.get("decode_until") is None and stored_decode_until is not None:
+        changes["decode_until"] = stored_decode_until
+    if "max_repeats" in changes:
+        changes["min_repeats"] = min(plan.min_repeats, changes["max_repeats"])
+    tokens, until = changes.get("decode_tokens", plan.decode_tokens), changes.get("decode_until", plan.decode_until)
+    if until == "eos" and tokens < plan.decode_min_tokens:
+        raise PlanError(f"--bench-decode-tokens {tokens}: timing the model's own answers (--bench-decode-until eos, "
+                        f"the default) sets aside runs shorter than {plan.decode_min_tokens} tokens; give "
+                        f"{plan.decode_min_tokens} or more, or --bench-decode-until length")
+    try:
+        return dataclasses.replace(plan, **changes)
+    except ValueError as exc:  # BenchConfigError names the field
+        raise PlanError(str(exc)) from exc
 
 
 def default_probe_config(engine: str) -> ProbeSetConfig:

@@ -8,28 +8,26 @@ Each is one PlanError line that says what to change; nothing is created when one
 from __future__ import annotations
 
 import importlib.util
-import os
-import tempfile
-from pathlib import Path
 
 from autoresearch.errors import PlanError
+from autoresearch.outputs import check_writable, plot_path
 from autoresearch.plan import RunPlan
+from autoresearch.stored_study import sqlite_path
 
 __all__ = ["preflight"]
 
 
 def preflight(plan: RunPlan) -> None:
     """Raise PlanError for the first thing that would stop this run after it launched something."""
-    database = _sqlite_path(plan.storage_url)
-    for path, what, flag in (
+    database = sqlite_path(plan.storage_url)
+    check_writable([
         (plan.results_md, "the report", "--results-md"),
-        (plan.results_md.with_name(plan.results_md.stem + "-pareto.png"), "the report's plot", "--results-md"),
+        (plot_path(plan.results_md), "the report's plot", "--results-md"),
         *([(database, "the results database", "--storage")] if database is not None else []),
-    ):
-        _check_writable_file(path, what, flag)
-    _check_writable_dir(plan.workdir, "server logs and suite runs", "--workdir")
-    if database is not None:  # SQLite writes its -wal and -shm files beside the database
-        _check_writable_dir(database.parent, "the results database's journal", "--storage")
+        (plan.workdir, "server logs and suite runs", "--workdir", "folder"),
+        # SQLite writes its -wal and -shm files beside the database
+        *([(database.parent, "the results database's journal", "--storage", "folder")] if database is not None else []),
+    ])
     _check_engine(plan.engine)
     if plan.port:
         from serving.launcher import port_is_free
@@ -37,46 +35,6 @@ def preflight(plan: RunPlan) -> None:
         if not port_is_free("127.0.0.1", plan.port):
             raise PlanError(f"--port {plan.port} is in use by another program; stop it, or leave out --port "
                             "(a free port per launch)")
-
-
-def _sqlite_path(url: str) -> Path | None:
-    if not url.startswith("sqlite:///"):
-        return None
-    return Path(url.removeprefix("sqlite:///")).resolve()
-
-
-def _first_existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def _check_writable_dir(path: Path, what: str, flag: str) -> None:
-    """`path` exists and takes a new file, or can be made under its first existing ancestor."""
-    existing = _first_existing(path.resolve())
-    if not existing.is_dir():
-        raise PlanError(f"cannot write {what} under {path}: {existing} is not a folder; pass another {flag}")
-    try:
-        with tempfile.TemporaryFile(dir=existing):
-            pass
-    except OSError as exc:
-        raise PlanError(f"cannot write {what} under {path}: {existing}: {exc.strerror or exc}; "
-                        f"pass another {flag}") from exc
-
-
-def _check_writable_file(path: Path, what: str, flag: str) -> None:
-    if path.is_dir():
-        raise PlanError(f"cannot write {what} to {path}: it is a folder; pass another {flag}")
-    if path.exists():
-        if not os.access(path, os.W_OK) and os.geteuid() != 0:
-            raise PlanError(f"cannot write {what} to {path}: permission denied; pass another {flag}")
-        try:
-            with open(path, "ab"):
-                pass
-        except OSError as exc:
-            raise PlanError(f"cannot write {what} to {path}: {exc.strerror or exc}; pass another {flag}") from exc
-        return
-    _check_writable_dir(path.parent, what, flag)
 
 
 def _check_engine(engine: str) -> None:

@@ -13,6 +13,7 @@ import jinja2
 import optuna
 
 from autoresearch.db import ResultsDB
+from autoresearch.outputs import plot_path
 from autoresearch.plan import RunPlan
 from autoresearch.snapshot import StudySnapshot, changed_knobs, read_snapshot, with_plot
 from eval import EvalStore
@@ -92,10 +93,10 @@ def _plot(snapshot: StudySnapshot, path: Path) -> bool:
 
 def write_report(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalStore) -> Path:
     snapshot = read_snapshot(plan, study, db, store)
-    plot = plan.results_md.with_name(plan.results_md.stem + "-pareto.png")
+    plot = plot_path(plan.results_md)
+    plan.results_md.parent.mkdir(parents=True, exist_ok=True)  # before the plot, which goes beside it
     if _plot(snapshot, plot):
         snapshot = with_plot(snapshot, plot.name)
-    plan.results_md.parent.mkdir(parents=True, exist_ok=True)
     tmp = plan.results_md.with_suffix(".tmp")
     tmp.write_text(render(snapshot))
     tmp.replace(plan.results_md)  # atomic: a killed loop never leaves half a report

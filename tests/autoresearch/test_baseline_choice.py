@@ -119,17 +119,6 @@ def test_a_draft_model_opens_its_drafting_mode_and_is_part_of_what_a_study_measu
         make_plan(build_parser().parse_args(["--engine", "transformers", "--draft-model", str(q27.path)]))
 
 
-def test_decoding_until_eos_is_the_plans_and_makes_a_different_study():
-    from autoresearch.__main__ import _bench_plan, build_parser
-
-    fixed = _bench_plan("exllamav3", build_parser().parse_args([]))
-    eos = _bench_plan("exllamav3", build_parser().parse_args(["--bench-decode-until", "eos"]))
-    assert (fixed.decode_until, eos.decode_until) == ("length", "eos")
-    assert eos.digest != fixed.digest  # the study's key holds it: results measured either way never mix
-    with pytest.raises(PlanError, match="decode_min_tokens"):
-        _bench_plan("exllamav3", build_parser().parse_args(["--bench-decode-until", "eos", "--bench-decode-tokens", "8"]))
-
-
 def test_broad_with_a_model_runs_its_task_tier_as_a_guard_and_refuses_it_as_a_judge(tmp_path, q27, monkeypatch):
     import autoresearch.__main__ as cli
     from autoresearch.__main__ import build_parser, make_plan

@@ -166,6 +166,7 @@ def test_decode_per_kind_shows_each_point_its_weight_and_the_champions_acceptanc
     assert lines[header - 1] == "", "a table right after a paragraph line is not a Markdown table"
     (warning,) = [line for line in lines if line.startswith("**Decode was timed mostly past")]
     assert "rg-logic @1024 (2 tokens)" in warning and "rg-math" not in warning and "--bench-decode-until eos" in warning
+    assert any("decoded exactly 128 tokens (`--bench-decode-until length`" in line for line in lines)  # the mode named
     eos = read_decode_by_kind(db, "s", {**plan, "decode_until": "eos"}, baseline_trial=0, champion_trial=4)
     eos_lines = render_section("decode_by_kind", eos).splitlines()
     assert eos.past_answer == [] and any("timed the model's own answer" in line for line in eos_lines)

@@ -1,0 +1,137 @@
+"""The commands a user types after the night, as a new user types them: on a committed study's database."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autoresearch.__main__ import DEFAULT_STORAGE, main
+from autoresearch.model_source import _manifest_path, resolve_model
+from autoresearch.outputs import EXPORT_DEFAULTS, TABBYAPI_FILES, plot_path
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = ROOT / "examples" / "q27-champion" / "results.db"  # one study, q27-champion, with a champion
+
+
+@pytest.fixture
+def fresh(tmp_path, monkeypatch):
+    """A fresh working folder; the embedded model's cache is the session's (the old code resolved it)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AUTORESEARCH_CACHE", str(tmp_path.parent / "autoresearch-cache-first-hour"))
+    return tmp_path
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A folder that takes no new file: mode 555, or for root (whom modes do not stop) sysfs, which creates
+    no file for anyone."""
+    if os.geteuid() != 0:
+        folder = tmp_path / "read-only"
+        folder.mkdir()
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+    elif Path("/sys/kernel").is_dir():
+        yield Path("/sys")
+    else:
+        pytest.skip("no read-only folder for root here")
+
+
+def _error(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.strip().splitlines() if " INFO " not in line]
+
+
+def test_report_and_export_read_the_databases_only_study(fresh, capsys):
+    """Before: both failed with "no study 'offline-transformers-...'" (the embedded default's name)."""
+    shutil.copy(COMMITTED, fresh / "results.db")
+    assert main(["report"]) == 0
+    assert (fresh / "RESULTS.md").read_text().startswith("# Results: q27-champion")
+    assert main(["export"]) == 0
+    assert (fresh / "champion.json").exists() and "trial " in capsys.readouterr().out
+
+
+def test_a_database_of_several_studies_lists_them(fresh, capsys):
+    shutil.copy(COMMITTED, fresh / "results.db")
+    optuna.create_study(study_name="another", storage=DEFAULT_STORAGE)
+    capsys.readouterr()
+    assert main(["export"]) == 2
+    assert _error(capsys) == ["error: sqlite:///results.db holds 2 studies (another, q27-champion): pass --study NAME"]
+    assert not (fresh / "champion.json").exists()
+
+
+def test_a_report_of_another_database_goes_beside_it_never_over_the_users(fresh):
+    """Before: `report --study X --storage sqlite:///examples/...`, as the README suggests, overwrote ./RESULTS.md."""
+    (fresh / "ex").mkdir()
+    shutil.copy(COMMITTED, fresh / "ex" / "results.db")
+    for mine in ("RESULTS.md", "RESULTS-pareto.png"):
+        (fresh / mine).write_text("the user's own")
+    assert main(["report", "--study", "q27-champion", "--storage", "sqlite:///ex/results.db"]) == 0
+    assert all((fresh / mine).read_text() == "the user's own" for mine in ("RESULTS.md", "RESULTS-pareto.png"))
+    assert (fresh / "ex" / "RESULTS.md").read_text().startswith("# Results: q27-champion")
+    assert (fresh / "ex" / "RESULTS-pareto.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("fmt", ["serving", "tabbyapi"])
+def test_export_in_a_read_only_folder_is_one_line_naming_out(fresh, read_only_folder, capsys, monkeypatch, fmt):
+    """Before: a 24-line traceback ending in OSError."""
+    shutil.copy(COMMITTED, fresh / "results.db")
+    monkeypatch.chdir(read_only_folder)
+    assert main(["export", "--study", "q27-champion", "--storage", f"sqlite:///{fresh / 'results.db'}", "--format",
+                 fmt]) == 2
+    (line,) = _error(capsys)
+    assert line.startswith("error: cannot write the ") and line.endswith("; pass another --out"), line
+
+
+def test_a_report_that_cannot_be_written_is_one_line_naming_results_md(fresh, capsys):
+    """Before: a 41-line traceback from the plot's savefig."""
+    shutil.copy(COMMITTED, fresh / "results.db")
+    (fresh / "a-file").write_text("not a folder")
+    assert main(["report", "--study", "q27-champion", "--results-md", "a-file/RESULTS.md"]) == 2
+    (line,) = _error(capsys)
+    assert line.startswith("error: cannot write the report under a-file") and \
+        line.endswith("; pass another --results-md"), line
+
+
+def test_a_run_that_cannot_write_says_every_flag_at_once(fresh, capsys):
+    """Before: one path at a time: a user in a read-only folder fixed --results-md, then --storage, then --workdir."""
+    (fresh / "a-file").write_text("not a folder")
+    argv = ["--suite", "none", "--trials", "2", "--results-md", "a-file/R.md", "--storage", "sqlite:///a-file/r.db",
+            "--workdir", "a-file/runs"]
+    assert main(argv) == 2
+    (line,) = [line for line in _error(capsys) if not line.startswith("Writing model shards")]
+    assert line.endswith("; pass another --results-md, --storage and --workdir"), line
+    assert sorted(p.name for p in fresh.iterdir()) == ["a-file"]
+
+
+def test_what_the_commands_write_by_default_git_ignores():
+    """Before: `export` left champion.json (and a --model run locks/models/) untracked at the repository's root."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    paths = [EXPORT_DEFAULTS["serving"], *(EXPORT_DEFAULTS["tabbyapi"] / name for name in TABBYAPI_FILES),
+             Path("RESULTS.md"), plot_path(Path("RESULTS.md")), Path(DEFAULT_STORAGE.removeprefix("sqlite:///")),
+             Path("runs") / "a-study" / "loop.log", _manifest_path(Path("locks"), "a-model")]
+    kept = [str(p) for p in paths
+            if subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", "--no-index", str(p)]).returncode != 0]
+    assert kept == []
+
+
+def test_a_refused_model_run_writes_nothing(fresh, capsys, tiny_model_dir):
+    """Before: --model DIR with a mistake found after hashing left locks/models/<name>.json behind."""
+    assert main(["--model", str(tiny_model_dir), "--suite", "none", "--trials", "2", "--pin", "nosuch=1"]) == 2
+    assert _error(capsys)[-1].startswith("error: --pin: cannot pin unknown knob 'nosuch'")
+    assert sorted(p.name for p in fresh.iterdir()) == []
+
+
+def test_a_models_manifest_is_written_once_the_run_is_accepted(fresh, tiny_model_dir):
+    from autoresearch.model_source import record_manifest
+
+    model = resolve_model(str(tiny_model_dir), locks_dir=fresh / "locks", cache_dir=fresh / "cache")
+    assert not model.manifest_path.exists() and model.pending_manifest is not None
+    record_manifest(model)
+    again = resolve_model(str(tiny_model_dir), locks_dir=fresh / "locks", cache_dir=fresh / "cache")
+    assert again.pending_manifest is None and again.manifest_hash == model.manifest_hash  # reused: nothing to write

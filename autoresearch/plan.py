@@ -28,6 +28,7 @@ __all__ = ["DriftPolicy", "RunPlan", "bench_plan_from_flags", "default_bench_pla
 
 OBJECTIVES = ("decode_tok_per_s", "prefill_tok_per_s")
 # How the objectives are read from bench (autoresearch.objectives): a study keeps one definition.
+_DECODE_MIN_TOKENS = 4  # the loop's shortest answer that times decode (see _engine_bench_plan)
 OBJECTIVE_DEFINITION = "v2: decode client-timed, prefill server-timed, every planned point required"
 
 
@@ -67,12 +68,17 @@ def default_bench_plan(engine: str, workload: Workload | None = None) -> BenchPl
 def _engine_bench_plan(engine: str) -> BenchPlan:
     # Decode times the model's own answers (decode_until "eos"): past its answer a model writes text that
     # drafting predicts far better than an answer, so a fixed length flatters a drafted configuration.
+    # A run of 4 tokens or more times decode (3 arrivals after the first): the real 0.5B answers the offline
+    # suite's prompts in 6-21 tokens, and the median over repeats with the baseline's measured launch-to-launch
+    # floor absorbs the jitter of so short a span; bench's own default (16) suits answers it does not know.
     if engine == "transformers":  # 2 CPU cores: short ladders, few repeats
         return BenchPlan(prefill_tokens=(256,), decode_context_tokens=(128,), decode_kinds=("math",),
-                         decode_tokens=24, decode_until="eos", min_repeats=3, max_repeats=5, warmup_requests=1,
+                         decode_tokens=24, decode_until="eos", decode_min_tokens=_DECODE_MIN_TOKENS, min_repeats=3,
+                         max_repeats=5, warmup_requests=1,
                          gpu_index=None, prefill_target_rel_ci=0.10, decode_target_rel_ci=0.05)
     return BenchPlan(prefill_tokens=(8192,), decode_context_tokens=(1024, 8192), decode_kinds=("math",),
-                     decode_tokens=128, decode_until="eos", min_repeats=3, max_repeats=6)
+                     decode_tokens=128, decode_until="eos", decode_min_tokens=_DECODE_MIN_TOKENS, min_repeats=3,
+                     max_repeats=6)
 
 
 def bench_plan_from_flags(engine: str, workload: Workload | None = None, *, stored_decode_until: str | None = None,

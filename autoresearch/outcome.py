@@ -21,6 +21,7 @@ class TrialOutcome(enum.StrEnum):
     BASELINE = "baseline"  # the baseline, measured: every candidate is judged against it
     PASSED = "passed"  # measured and through every gate
     DUPLICATE = "duplicate"  # a lower-numbered trial holds this configuration
+    DEFERRED = "deferred"  # popped before the baseline was measured: re-enqueued after it, measured there
     INFEASIBLE = "infeasible"  # refused before any launch (memory model, cache too small)
     UNMEASURED = "unmeasured"  # bench left an objective point without a valid run
     CRASHED = "crashed"  # the server died under bench or the suite
@@ -51,4 +52,4 @@ class TrialOutcome(enum.StrEnum):
     @property
     def rejected(self) -> bool:
         """Listed among the rejected candidates in RESULTS.md: everything but a pass (and the baseline)."""
-        return self not in (TrialOutcome.PASSED, TrialOutcome.BASELINE)
+        return self not in (TrialOutcome.PASSED, TrialOutcome.BASELINE, TrialOutcome.DEFERRED)

@@ -89,7 +89,9 @@ def test_plan_arithmetic_finalists_scope():
     assert f.trials == int((8 * 3600 - f.baseline_s - f.finalists_s - f.judgment_s) // 180)
     assert f.total_s <= 8 * 3600 and f.fits and f.problems == ()
     assert [t.power for t in f.tasksets] == [pytest.approx(design.power_at(600))] * 2
-    assert f.stage_s() == {"launch": 60, "bench": 90, "fidelity": 30, "tasks": pytest.approx(f.judgment_s / 2)}
+    assert f.stage_s() == {"launch": 60, "bench": 90, "fidelity": 30, "tasks": pytest.approx(f.judgment_s / 2),
+                           "confirming finalists": f.finalists_s, "minimizing the champion": 0.0,
+                           "gating the minimal champion": 0.0, "report": 0.0, "search": f.search_s}
 
 
 def test_every_scope_judges_each_trial_and_buys_fewer_trials():

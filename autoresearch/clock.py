@@ -51,10 +51,10 @@ class NightClock:
     """The deadline and the plan's seconds per stage; decides what may start and keeps the night as run."""
 
     def __init__(self, hours: float | None, *, stored: dict | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] | None = None):
         self.hours = hours
-        self._clock = clock
-        self.started = clock()
+        self._clock = clock or time.monotonic  # looked up now, not at import: a test may script it
+        self.started = self._clock()
         # a night resumed with the same --hours goes on where it stopped; one that ended, or another --hours, is new
         same = stored is not None and not stored.get("ended") and stored.get("hours") == hours
         old = stored if same else {}
@@ -62,6 +62,7 @@ class NightClock:
         self.rows: dict[str, dict] = {k: dict(v) for k, v in (old.get("rows") or {}).items()}
         self.cuts: list[str] = list(old.get("cuts") or [])
         self.first: dict[str, float] | None = old.get("first_plan")
+        self.search_stopped: str | None = old.get("search_stopped")  # why the search stopped before --trials
         self.after: dict[str, float] = {}  # the latest plan: seconds of each stage after the search
         self.trial_s: float | None = None
         self.ended = False
@@ -161,6 +162,7 @@ class NightClock:
 
     def to_dict(self) -> dict:
         return {"hours": self.hours, "spent_s": round(self.elapsed_s(), 3), "rows": self.rows, "cuts": self.cuts,
+                "search_stopped": self.search_stopped,
                 "first_plan": self.first, "ended": self.ended, "table": self.table(),
                 "total_first_s": sum((self.first or {}).values()) or None}
 

@@ -330,6 +330,8 @@ class Forecast:
         """Expected seconds of each stage as the progress display names it: a candidate's stages (TASKS: one
         judgment), the search and each stage after it."""
         out = {name: getattr(self.rates, f"{name}_s") for name in CHEAP_STAGES}
+        out |= {alias: out[name] for name, aliases in _BASELINE_STAGES.items() for alias in aliases}  # the baseline's
+        out |= {"reference": self.rates.fidelity_s, "feasibility": 0.0, "waiting for the baseline": 0.0}
         if self.judgments:
             out[TASKS] = self.judgment_s / self.judgments
         out |= {name: s for name, s in self.after_search().items() if name != TASKS}

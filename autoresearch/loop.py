@@ -179,7 +179,7 @@ class _Night:
         why = self.clock.may_start((expected("trial") or 0.0) + (expected(REPORT) or 0.0))
         if why:
             log.info("%s", why)
-            self.clock.cuts.append(why)
+            self.clock.search_stopped = why
         return why is None
 
     def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:

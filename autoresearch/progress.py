@@ -49,14 +49,14 @@ def format_duration(seconds: float) -> str:
 
 class Progress:
     def __init__(self, *, study: str, trials: int | None, hours: float | None, live: bool | None = None,
-                 forecast: Forecast | None = None, clock: Callable[[], float] = time.monotonic,
+                 forecast: Forecast | None = None, clock: Callable[[], float] | None = None,
                  after_search: Callable[[], dict[str, float]] | None = None):
         self.study = study
         self.trials = trials
         self.forecast = forecast
         self.after_search = after_search  # the plan's seconds of each stage after the search (autoresearch.clock)
-        self._clock = clock
-        self.started = clock()
+        self._clock = clock or time.monotonic  # looked up now, not at import: a test may script it
+        self.started = self._clock()
         self.deadline = self.started + hours * 3600 if hours else None  # a resumed night: the loop sets what is left
         self.searching = True
         self._tail_at = -1  # the index in AFTER_SEARCH of the latest stage after the search that started
@@ -96,8 +96,9 @@ class Progress:
         self.stage_name = name
         if trial is not None:
             self.trial = trial
-        if name in AFTER_SEARCH:
+        if name == AFTER_SEARCH[0]:  # the finalists' stage: the search is over (a candidate's "tasks" is not)
             self.searching = False
+        if not self.searching and name in AFTER_SEARCH:
             self._tail_at = max(self._tail_at, AFTER_SEARCH.index(name))
         eta = self.stage_eta_s()
         log.info("trial %s: %s%s", self.trial, name, f" (about {format_duration(eta)})" if eta is not None else "")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -121,7 +122,9 @@ def wait_for_baseline(trial: optuna.Trial, *, store: EvalStore, db: ResultsDB, s
         evidence = load_baseline(study, store, db, study_name)
         if evidence is not None:
             return evidence
-        optuna.storages.fail_stale_trials(study)  # a baseline whose worker was killed is retried
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # stable since Optuna 2.9
+            optuna.storages.fail_stale_trials(study)  # a baseline whose worker was killed is retried
         fail_gone_workers(study)  # at once where that worker was on this host
         baselines = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("role") == "baseline"]
         running = [t for t in baselines if t.state == optuna.trial.TrialState.RUNNING]

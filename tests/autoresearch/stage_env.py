@@ -134,12 +134,12 @@ class StageEnv:
         """The baseline's trial and evidence as a finished baseline leaves them (a one-probe reference)."""
         number = self.add_trial(None, values, role="baseline", outcome="baseline")
         reference = stored_reference(self.store, self.plan)
-        floor = stored_measurement(self.store, reference, role="noise_floor", label="baseline#2")
+        fidelity_floor = stored_measurement(self.store, reference, role="noise_floor", label="baseline#2")
         bench = bench_result(self.plan.bench_plan, *values)
         self.db.add_measurement(study=self.plan.study_name, trial=number, kind="bench", config_digest=self.digest(),
                                 payload=to_jsonable(bench.to_dict()))
         save_baseline(self.study, BaselineEvidence(
-            label="stages:baseline", reference=reference, fidelity_floor=floor, suite=None, bench=bench,
+            label="stages:baseline", reference=reference, fidelity_floor=fidelity_floor, suite=None, bench=bench,
             speed_floor=NoiseFloor(rel_diff=tuple(sorted((floor or {}).items()))) if floor else None,
             trial_number=number))
         return number

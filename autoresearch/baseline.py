@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -23,6 +24,7 @@ import optuna
 
 from autoresearch.db import ResultsDB
 from autoresearch.errors import BaselineNotReady, BaselineUnmeasured, Unmeasured
+from autoresearch.outcome import TrialOutcome
 from bench import BenchResult, NoiseFloor, mark_stalls
 from eval import EvalStore, FidelityMeasurement, MissingReference, Reference, SuiteResult
 from eval.fidelity import load_fidelity_measurement
@@ -118,23 +120,43 @@ def _stored_floor(study: optuna.Study, key: str) -> NoiseFloor | None:
 
 
 def wait_for_baseline(trial: optuna.Trial, *, store: EvalStore, db: ResultsDB, study_name: str,
-                      baseline_params: Callable[[], dict]) -> BaselineEvidence:
-    """Candidates are judged against the baseline's evidence; another worker may still be making it.
+                      baseline_params: Callable[[], dict], grace_s: float | None = None) -> BaselineEvidence:
+    """Candidates are judged against the baseline's evidence; another worker may still be making it (said once,
+    with the worker and how long a stopped one takes to be retried; a worker of this host that is gone is
+    retried at once: autoresearch.study.fail_gone_workers).
 
     Where no worker is measuring it, the baseline is enqueued (unless it waits already), then this
-    candidate after it, and BaselineNotReady ends this trial.
+    candidate after it (with its lever or --enqueue mark), and BaselineNotReady ends this trial PRUNED,
+    its outcome `deferred`: a trial that waited in the queue never becomes a FAIL.
     """
+    from autoresearch.study import fail_gone_workers
+
     study = trial.study
+    said = None
     while True:
         evidence = load_baseline(study, store, db, study_name)
         if evidence is not None:
             return evidence
-        optuna.storages.fail_stale_trials(study)  # a baseline whose worker was killed is retried
-        states = {t.state for t in study.get_trials(deepcopy=False) if t.user_attrs.get("role") == "baseline"}
-        if optuna.trial.TrialState.RUNNING not in states:
-            if optuna.trial.TrialState.WAITING not in states:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # stable since Optuna 2.9
+            optuna.storages.fail_stale_trials(study)  # a baseline whose worker was killed is retried
+        fail_gone_workers(study)  # at once where that worker was on this host
+        baselines = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("role") == "baseline"]
+        running = [t for t in baselines if t.state == optuna.trial.TrialState.RUNNING]
+        if not running:
+            if not any(t.state == optuna.trial.TrialState.WAITING for t in baselines):
                 study.enqueue_trial(baseline_params(), user_attrs={"role": "baseline"})
-            study.enqueue_trial(trial.params, user_attrs={"role": "candidate", "deferred_from": trial.number})
+            marks = {k: trial.user_attrs[k] for k in ("lever", "enqueued") if k in trial.user_attrs}
+            study.enqueue_trial(trial.params, user_attrs={"role": "candidate", "deferred_from": trial.number, **marks})
+            trial.set_user_attr("outcome", TrialOutcome.DEFERRED.value)
+            trial.set_user_attr("reasons", ["deferred: the baseline was not measured yet; this configuration runs "
+                                            "again right after it"])
             log.info("trial %d deferred: the baseline runs first, then this configuration", trial.number)
             raise BaselineNotReady(f"trial {trial.number} deferred: the baseline must run first")
+        if said != running[0].number:
+            said = running[0].number
+            worker = running[0].user_attrs.get("worker", "an unknown worker")
+            log.info("trial %d waits for the baseline: trial %d is measuring it in worker %s%s", trial.number, said,
+                     worker, f"; should that worker have stopped, its heartbeat goes stale within --grace {grace_s:g} s "
+                     "and the baseline runs again here" if grace_s else "")
         time.sleep(2.0)  # another worker is measuring the baseline

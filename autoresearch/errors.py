@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+import optuna
+
 from tuner_errors import TunerError
 
 __all__ = ["AutoresearchError", "BaselineFailed", "BaselineNotReady", "BaselineUnmeasured", "ConfirmedElsewhere",
@@ -73,10 +75,12 @@ class StorageError(AutoresearchError):
     """The results database cannot be used; the message names it and says why in one line."""
 
 
-class BaselineNotReady(AutoresearchError):  # noqa: N818 - an outcome, not a failure
+class BaselineNotReady(AutoresearchError, optuna.TrialPruned):  # noqa: N818 - an outcome, not a failure
     """The baseline must run (again) before this candidate; the candidate is re-enqueued, not lost.
 
-    The loop passes it to optimize(catch=...): the trial ends FAIL, which no sampler counts or learns from.
+    Optuna ends the trial PRUNED (it is a TrialPruned), never FAIL: nothing failed. Its outcome is
+    `deferred`, which neither --trials nor RESULTS.md's rejected candidates count; the re-enqueued trial
+    measures the configuration.
     """
 
 

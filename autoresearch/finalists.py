@@ -240,7 +240,8 @@ def _judge_tasks(finalists: list[optuna.trial.FrozenTrial], verdicts: dict[int, 
         if tier["passed"]:
             break
         verdict["qualified"] = False
-        verdict["reason"] = "task tier failed: " + "; ".join(tier.get("reasons") or ["no reason recorded"])
+        verdict["reason"] = ("" if tier.get("cut") else "task tier failed: ") + \
+            "; ".join(tier.get("reasons") or ["no reason recorded"])  # cut: not judged before the deadline
     for t in qualified:  # a faster finalist is crowned; the pending ones after it were not judged
         verdict = verdicts[t.number]
         if verdict["qualified"] and "task_tier" not in verdict and t.user_attrs.get("task_tier") == PENDING:

@@ -20,7 +20,11 @@ The arithmetic, all of it here:
   one task costs (prompt / prefill rate + answered tokens / decode rate) / batch gain, where a
   stated answer length A under a budget B answers A (1 - exp(-B/A)) tokens and is truncated with
   probability exp(-B/A) (answer lengths assumed exponential: a stated assumption, printed);
-- the finalists' stage costs (finalists + 1) x finalist_launches x (launch + bench).
+- the finalists' stage costs (finalists + 1) x finalist_launches x (launch + bench);
+- the minimization costs its planned launches x (launch + bench) (autoresearch.night: every change of the
+  champion tried once, and the TabbyAPI subsets), and the minimal champion's gate a launch, fidelity and one
+  more judgment (the marginal cost of judging one candidate more); the report its measured seconds.
+The stages after the search are what the loop keeps in reserve before it starts a trial (autoresearch.clock).
 
 Usage:
     rates = stated_rates(suite, decode_tok_s=43, prefill_tok_s=700, answer_tokens=3000)
@@ -37,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
+from autoresearch.stages import FINALISTS, MINIMAL_GATE, MINIMIZE, REPORT, SEARCH, TASKS
 from eval.decision import TaskPolicy
 from eval.sequential import SequentialDesign
 from eval.suites import SuiteSpec
@@ -177,7 +182,7 @@ def measured_rates(trials: Sequence, suite_runs: Sequence, suite: SuiteSpec, *, 
     if measured:
         parts[-1] += " (medians of the candidates' and the baseline's second launch)"
     if known:
-        parts.append(f"answers on {', '.join(known)}")
+        parts.append(f"answers on {', '.join(known)}" + _batch_gain(trials, [per_taskset[n] for n in known]))
     if not parts:
         return fallback
     unmeasured = [n for n in CHEAP_STAGES if n not in measured] + [t.name for t in fallback.tasksets
@@ -188,6 +193,19 @@ def measured_rates(trials: Sequence, suite_runs: Sequence, suite: SuiteSpec, *, 
     return dataclasses.replace(fallback, tasksets=tuple(tasksets), source=source,
                                assumptions=() if not unmeasured else fallback.assumptions,
                                **{f"{name}_s": value for name, value in measured.items()})
+
+
+def _batch_gain(trials: Sequence, answered: list[dict]) -> str:
+    """The batching gain the baseline's answers measured: their aggregate decode at the suite's concurrency (the
+    answered tokens over the answering spans) over the baseline's batch-1 decode (its bench), said with the rates."""
+    seconds, tokens = sum(a["seconds"] for a in answered), sum(a["tokens"] for a in answered)
+    batch1 = next((t.user_attrs["decode_tok_per_s"] for t in trials if t.user_attrs.get("role") == "baseline"
+                   and t.user_attrs.get("decode_tok_per_s")), None)
+    if not seconds or not tokens or not batch1:
+        return ""
+    aggregate = tokens / seconds
+    return (f" ({aggregate:.0f} tok/s aggregate at the suite's concurrency: a batching gain of {aggregate / batch1:.1f} "
+            f"over batch-1 decode {batch1:.0f} tok/s, measured)")
 
 
 # ---- the sequential test's walk lengths ----
@@ -285,6 +303,20 @@ class Forecast:
     judging: bool = True  # False: smoke or guard mode, which answer every task (no sequential walk)
     bound: str | None = None  # what ends the run when it is not --hours (e.g. "--trials 6"): its hours are planned
     walk_basis: str = ""  # where the walk lengths come from, printed
+    minimize_launches: float = 0.0  # the minimization's planned launches (0: none)
+    minimization_s: float = 0.0
+    minimal_gate_s: float = 0.0  # the minimal champion's launch, fidelity and judgment
+    report_s: float = 0.0
+
+    @property
+    def search_s(self) -> float:
+        return self.baseline_s + self.trials * self.trial_s
+
+    def after_search(self) -> dict[str, float]:
+        """Seconds of each stage after the search, by the names the loop and the display use
+        (autoresearch.clock): what the loop keeps in reserve."""
+        return {FINALISTS: self.finalists_s, TASKS: self.judgment_s if self.scope == "finalists" else 0.0,
+                MINIMIZE: self.minimization_s, MINIMAL_GATE: self.minimal_gate_s, REPORT: self.report_s}
 
     @property
     def fits(self) -> bool:
@@ -292,14 +324,18 @@ class Forecast:
 
     @property
     def total_s(self) -> float:
-        return self.baseline_s + self.trials * self.trial_s + self.finalists_s + \
-            (self.judgment_s if self.scope == "finalists" else 0.0)
+        return self.search_s + sum(self.after_search().values())
 
     def stage_s(self) -> dict[str, float]:
-        """Expected seconds per stage of one candidate, for the progress display's ETA."""
+        """Expected seconds of each stage as the progress display names it: a candidate's stages (TASKS: one
+        judgment), the search and each stage after it."""
         out = {name: getattr(self.rates, f"{name}_s") for name in CHEAP_STAGES}
+        out |= {alias: out[name] for name, aliases in _BASELINE_STAGES.items() for alias in aliases}  # the baseline's
+        out |= {"reference": self.rates.fidelity_s, "feasibility": 0.0, "waiting for the baseline": 0.0}
         if self.judgments:
-            out["tasks"] = self.judgment_s / self.judgments
+            out[TASKS] = self.judgment_s / self.judgments
+        out |= {name: s for name, s in self.after_search().items() if name != TASKS}
+        out[SEARCH] = self.search_s
         return out
 
     def expected_s(self, name: str) -> float | None:
@@ -319,6 +355,11 @@ class Forecast:
         lines.append(f"  task-tier judgments: {self.judgments} ({h(self.judgment_s)}, the baseline's lazy answers "
                      "included)")
         lines.append(f"  finalists' stage: {h(self.finalists_s)}")
+        if self.minimize_launches:
+            lines.append(f"  minimization: {h(self.minimization_s)} ({self.minimize_launches:.0f} launches: each change "
+                         f"tried once), its gate {h(self.minimal_gate_s)}")
+        if self.report_s:
+            lines.append(f"  report: {h(self.report_s)}")
         lines.append(f"  total: {h(self.total_s)} of {h(self.hours * 3600)}")
         lines.append("  per judged taskset: tasks, power at the claimed drop, tasks per judgment, baseline answers, "
                      "truncated answers, seconds per task" +
@@ -348,10 +389,11 @@ def _hours(seconds: float) -> str:
 
 def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int, finalist_launches: int,
                scope: str = "finalists", judging: bool = True, suggest: bool = True,
-               baseline_first: int = 0) -> Forecast:
+               baseline_first: int = 0, minimize_launches: float = 0.0, report_s: float = 0.0) -> Forecast:
     """The plan; its problems name what the night cannot do, its advice what would. `baseline_first`: the
     tasks per taskset the baseline answers in its own trial (autoresearch.task_tier.first_answers), before
-    any judgment: only walks past them cost the baseline answers and a relaunch.
+    any judgment: only walks past them cost the baseline answers and a relaunch. `minimize_launches`: the
+    minimization's planned launches (0: no minimization, and no minimal gate); `report_s`: one report's seconds.
 
     Raises:
         ValueError: an unknown scope or non-positive hours.
@@ -360,7 +402,7 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
         raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
     if not hours > 0:
         raise ValueError(f"hours must be > 0, got {hours}")
-    design = policy.design(len(rates.tasksets))
+    design = policy.design(len(rates.tasksets)) if rates.tasksets else None
     budget = hours * 3600.0
     r = rates
     baseline_s = 2 * (r.launch_s + r.bench_s + r.fidelity_s)
@@ -400,44 +442,63 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
         ahead = sum(sum(needs[p.name]) * _answered_ahead(design, survivals[p.name], first(p.tasks, p.name)) * p.task_s
                     for p in plans) if judging else 0.0
         launched = judged if scope == "finalists" else 0  # in its trial, a candidate's server is already up
-        return answers + ahead + calls + (launched + relaunches) * r.launch_s
+        return answers + ahead + calls + (launched + relaunches) * r.launch_s if r.tasksets else 0.0
 
     # the baseline's own answers, in its first launch: one call per taskset
     baseline_s += sum(first(t.tasks or _UNKNOWN_TASKS, t.name) * t.task_s + t.call_s for t in r.tasksets)
+    minimization_s = minimize_launches * (r.launch_s + r.bench_s)
+
+    def gate_s(judged: int) -> float:  # the minimal champion: a launch, fidelity, one judgment more
+        if not minimize_launches:
+            return 0.0
+        more = judgment_cost(judged + 1) - judgment_cost(judged)
+        return r.fidelity_s + more + (0.0 if scope == "finalists" and r.tasksets else r.launch_s)
+
     if scope == "finalists":
-        judged = finalists
+        judged = finalists if r.tasksets else 0
         judgment_s = judgment_cost(judged)
         trial_s = cheap_s
-        left = budget - baseline_s - finalists_s - judgment_s
+        tail = minimization_s + gate_s(judged) + report_s
+        left = budget - baseline_s - finalists_s - judgment_s - tail
         trials = max(int(left // trial_s), 0)
     else:  # every candidate past fidelity: judged inside its trial (the baseline's answers grow with them)
         trial_s = cheap_s + judgment_cost(1)
-        trials = max(int((budget - baseline_s - finalists_s) // trial_s), 0)
-        judged = trials
+        tail = minimization_s + gate_s(1) + report_s  # the gate's judgment: about one more candidate's
+        trials = max(int((budget - baseline_s - finalists_s - tail) // trial_s), 0)
+        judged = trials if r.tasksets else 0
         judgment_s = judgment_cost(judged) if judged else 0.0
     plans = tasksets_for(max(judged, 1))
-    problems: list[str] = []
+    problems = _taskset_problems(r, policy, plans) if judging else []
     if judging:
-        for p in plans:
-            if p.power < policy.power:
-                problems.append(f"{p.name}: {p.tasks} tasks give power {p.power:.0%} against a "
-                                f"{policy.min_drop:.0%} drop, below the claimed {policy.power:.0%}")
-            if p.truncated_share > policy.max_truncated_share:
-                problems.append(f"{p.name}: {p.truncated_share:.0%} of answers would hit the {_budget(r, p.name)}-token "
-                                f"budget (the baseline is refused above {policy.max_truncated_share:.0%})")
-        fixed = baseline_s + finalists_s + (judgment_s if scope == "finalists" else 0.0)
+        fixed = baseline_s + finalists_s + (judgment_s if scope == "finalists" else 0.0) + tail
         if scope == "finalists" and fixed + cheap_s * max(finalists, 1) > budget:
-            problems.append(f"the baseline, {finalists} judged finalist(s) and the finalists' stage take "
-                            f"{_hours(fixed)}, leaving no time to search {finalists} candidate(s) in {hours:g} h")
+            problems.append(f"the baseline, {finalists} judged finalist(s), the finalists' stage" +
+                            (", the minimization and its gate" if minimize_launches else "") +
+                            f" take {_hours(fixed)}, leaving no time to search {finalists} candidate(s) in {hours:g} h")
         if scope == "every" and trials < 1:
             problems.append(f"one judged candidate takes {_hours(trial_s)}: none fits in {hours:g} h after the baseline")
     advice = _advice(rates, policy, hours, finalists, finalist_launches, scope, baseline_first) \
         if problems and suggest else ()
-    basis = _walk_basis(r, design, plans) if judging else ""
+    basis = _walk_basis(r, design, plans) if judging and r.tasksets else ""
     return Forecast(hours=hours, scope=scope, rates=rates, baseline_s=baseline_s, trial_s=trial_s, trials=trials,
-                    judgments=judged if judging else 0, judgment_s=judgment_s if judging else 0.0,
+                    judgments=judged, judgment_s=judgment_s,  # smoke and guard answer every task: they cost too
                     finalists_s=finalists_s, tasksets=tuple(plans), claimed_power=policy.power,
-                    problems=tuple(problems), advice=tuple(advice), judging=judging, walk_basis=basis)
+                    problems=tuple(problems), advice=tuple(advice), judging=judging, walk_basis=basis,
+                    minimize_launches=minimize_launches, minimization_s=minimization_s,
+                    minimal_gate_s=gate_s(judged if scope == "finalists" else 1), report_s=report_s)
+
+
+def _taskset_problems(rates: Rates, policy: TaskPolicy, plans: Sequence[TasksetPlan]) -> list[str]:
+    """Tasksets too small for the claimed power, or whose answers would hit the token budget too often."""
+    problems = []
+    for p in plans:
+        if p.power < policy.power:
+            problems.append(f"{p.name}: {p.tasks} tasks give power {p.power:.0%} against a "
+                            f"{policy.min_drop:.0%} drop, below the claimed {policy.power:.0%}")
+        if p.truncated_share > policy.max_truncated_share:
+            problems.append(f"{p.name}: {p.truncated_share:.0%} of answers would hit the {_budget(rates, p.name)}-token "
+                            f"budget (the baseline is refused above {policy.max_truncated_share:.0%})")
+    return problems
 
 
 def _answered_ahead(design: SequentialDesign, survival: Sequence[float], answered: int) -> float:

@@ -6,19 +6,23 @@ Usage:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 
 import optuna
 
+from autoresearch.clock import NIGHT_KEY, NightClock
 from autoresearch.db import ResultsDB
-from autoresearch.errors import BaselineFailed, BaselineNotReady, ConfirmedElsewhere, PlanError
+from autoresearch.errors import BaselineFailed, ConfirmedElsewhere, PlanError
 from autoresearch.finalists import confirm_finalists, feasible_front
 from autoresearch.judging import JUDGED
 from autoresearch.logs import log_to_file
 from autoresearch.minimal_champion import minimize_champion
 from autoresearch.minimal_gate import gate_minimal, gate_tabbyapi_subset
 from autoresearch.model_source import record_manifest
-from autoresearch.night import announce_plan
+from autoresearch.night import announce, night_forecast
+from autoresearch.outcome import TrialOutcome
 from autoresearch.plan import RunPlan
 from autoresearch.preflight import preflight
 from autoresearch.progress import Progress
@@ -26,20 +30,27 @@ from autoresearch.ranking import Ranking
 from autoresearch.report import write_report
 from autoresearch.request_time import ENERGY_RANKED, RANKED_BY
 from autoresearch.servers import reap_orphan_servers
+from autoresearch.stages import FINALISTS, MINIMAL_GATE, MINIMIZE, REPORT, SEARCH, TASKS
 from autoresearch.study import check_enqueued, open_study, tasks_pending
 from autoresearch.trial import TrialRunner
 from eval import EvalStore
 from search_space import SpaceContext, build_space, read_model_info
 from search_space.errors import SpaceError
 
-__all__ = ["best_line", "counted_trials", "replan_after", "run"]
+__all__ = ["baseline_measured", "best_line", "counted_trials", "replan_after", "run"]
 
 log = logging.getLogger(__name__)
 _COUNTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
 
 def counted_trials(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=_COUNTED))
+    """The trials --trials counts: COMPLETE and PRUNED, less the deferred (their configuration runs again)."""
+    return sum(t.user_attrs.get("outcome") != TrialOutcome.DEFERRED for t in study.get_trials(deepcopy=False, states=_COUNTED))
+
+
+def baseline_measured(study: optuna.Study) -> bool:
+    return any(t.user_attrs.get("role") == "baseline" for t in study.get_trials(
+        deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
 
 
 def best_line(study: optuna.Study) -> str:
@@ -85,15 +96,24 @@ def replan_after(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> str | 
     return None
 
 
-def _task_judge(study: optuna.Study, runner: TrialRunner, progress: Progress):
+def _task_judge(study: optuna.Study, runner: TrialRunner, progress: Progress, clock: NightClock):
     """The finalists' stage's task tier, for finalists whose tier is pending (--task-tier-scope finalists, also
-    in a study resumed with another scope); None without a suite."""
+    in a study resumed with another scope); None without a suite. A finalist after the first is judged only
+    if its judgment fits before the deadline (autoresearch.clock: the second cut)."""
     if runner.tier is None:
         return None
+    judged = [0]
 
     def judge(t: optuna.trial.FrozenTrial) -> dict:
-        progress.stage(f"task tier: trial {t.number}")
-        return runner.tier.judge_pending(study, t)
+        why = clock.may_judge(judged[0], judgment_s=progress.expected_s(TASKS) or 0.0,
+                              report_s=progress.expected_s(REPORT) or 0.0)
+        if why:
+            log.warning("trial %d: %s", t.number, why)
+            return {"passed": False, "reasons": [why], "cut": True}
+        judged[0] += 1
+        progress.stage(TASKS, trial=t.number)
+        with clock.timed(TASKS):
+            return runner.tier.judge_pending(study, t)
 
     return judge
 
@@ -129,64 +149,154 @@ def _run(plan: RunPlan, space) -> int:
     _record_manifests(plan)
     log.info("study %s in %s: %d trials so far; search space of %s configurations", plan.study_name,
              plan.storage_url, len(study.trials), space.size())
-    with Progress(study=plan.study_name, trials=plan.trials, hours=plan.hours) as progress:
-        runner = TrialRunner(plan, space, db, store, progress)
+    clock = NightClock(plan.hours, stored=study.user_attrs.get(NIGHT_KEY))
+    with Progress(study=plan.study_name, trials=plan.trials, hours=plan.hours,
+                  after_search=lambda: clock.after) as progress:
+        if clock.left_s() is not None:  # a resumed night: what its earlier calls left
+            progress.deadline = progress.started + clock.left_s()
+        try:
+            return _Night(plan, space, study, db, store, progress, clock).run()
+        finally:
+            clock.save(study)
 
-        def night(when: str, measured: bool) -> None:
-            if runner.suite is not None:  # the plan is the task tier's: no suite, nothing to plan
-                progress.forecast = announce_plan(plan, study, db, runner.suite, when, measured=measured).expected_s
 
-        def after_trial(study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
-            progress.trial_finished(counted_trials(study), best_line(study))
-            when = replan_after(study, _trial)
-            if when:
-                night(when, measured=True)
-            write_report(plan, study, db, store)
+class _Night:
+    """One call of the loop on its night: the search, then the stages after it, on the night's clock."""
 
-        callbacks = [after_trial]
-        if plan.trials is not None:
-            callbacks.insert(0, optuna.study.MaxTrialsCallback(plan.trials, states=_COUNTED))
+    def __init__(self, plan: RunPlan, space, study: optuna.Study, db: ResultsDB, store: EvalStore,
+                 progress: Progress, clock: NightClock):
+        self.plan, self.space, self.study, self.db, self.store = plan, space, study, db, store
+        self.progress, self.clock = progress, clock
+        self.runner = TrialRunner(plan, space, db, store, progress)
+
+    def replan(self, when: str | None, measured: bool) -> None:
+        """The night plan, re-made (printed only `when` it is worth printing), given to the display and the clock."""
+        forecast = night_forecast(self.plan, self.study, self.db, self.runner.suite, measured=measured,
+                                  report_s=self.progress.expected_s(REPORT) or 0.0)
+        if when and self.runner.suite is not None:  # the printed plan is the task tier's: no suite, nothing to print
+            announce(self.study, forecast, when)
+        self.progress.forecast = forecast.expected_s
+        self.clock.set_plan(forecast.after_search(), trial_s=forecast.trial_s, search_s=forecast.search_s)
+
+    def report(self) -> None:
+        started = time.monotonic()
+        write_report(self.plan, self.study, self.db, self.store)
+        self.progress.reported(time.monotonic() - started)
+
+    def next_trial_fits(self) -> bool:
+        """The clock's rule (autoresearch.clock): a trial starts only if it and every stage after the search fit.
+        The baseline always runs: nothing can be judged without it."""
+        if not baseline_measured(self.study):
+            return True
+        expected = self.progress.expected_s
+        why = self.clock.may_start((expected("trial") or 0.0) + (expected(REPORT) or 0.0))
+        if why:
+            log.info("%s", why)
+            self.clock.search_stopped = why
+        return why is None
+
+    def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        self.progress.trial_finished(counted_trials(study), best_line(study))
+        self.replan(replan_after(study, trial), measured=True)  # re-estimated after every trial
+        self.report()
+        self.clock.save(study)
+        if self.plan.trials is not None and counted_trials(study) >= self.plan.trials or not self.next_trial_fits():
+            study.stop()
+
+    def search(self) -> None:
+        plan, study = self.plan, self.study
         remaining = None if plan.trials is None else plan.trials - counted_trials(study)
         if remaining is not None and remaining <= 0:
             log.info("study %s is finished: it has %d trials (--trials %d); to extend it, run the same command "
                      "with --trials N, N > %d", plan.study_name, counted_trials(study), plan.trials,
                      counted_trials(study))
-        if remaining is None or remaining > 0:  # a finished study has no night left to plan
-            night("night plan before the first trial" if not counted_trials(study) else "night plan on resuming",
-                  measured=bool(counted_trials(study)))
-            try:
-                study.optimize(runner, n_trials=None, timeout=plan.hours * 3600 if plan.hours else None,
-                               callbacks=callbacks, catch=(BaselineNotReady,), gc_after_trial=True)
-            except BaselineFailed:
-                write_report(plan, study, db, store)  # it says why the study stopped
-                raise
-        progress.stage("confirming finalists")
+            self.replan(None, measured=True)  # a finished study has no night left to print
+            return
+        self.replan("night plan before the first trial" if not counted_trials(study) else "night plan on resuming",
+                    measured=bool(counted_trials(study)))
+        if not self.next_trial_fits():
+            return
+        searched = time.monotonic()
         try:
-            champion = confirm_finalists(plan, study, space, db,
-                                         judge_tasks=_task_judge(study, runner, progress))
+            study.optimize(self.runner, n_trials=None, callbacks=[self.after_trial], gc_after_trial=True)
+        except BaselineFailed:
+            self.report()  # it says why the study stopped
+            raise
+        finally:
+            self.clock.add(SEARCH, time.monotonic() - searched)
+
+    def finalists(self):
+        """The finalists' stage; raises ConfirmedElsewhere as confirm_finalists does."""
+        clock = self.clock
+        self.progress.stage(FINALISTS)
+        judged_before, started = clock.measured_s(TASKS), time.monotonic()
+        try:
+            return confirm_finalists(self.plan, self.study, self.space, self.db,
+                                     judge_tasks=_task_judge(self.study, self.runner, self.progress, clock))
+        finally:  # the launches alone: the judgments inside the stage are timed as TASKS
+            clock.add(FINALISTS, time.monotonic() - started - (clock.measured_s(TASKS) - judged_before),
+                      planned_s=clock.after.get(FINALISTS))
+
+    def minimize(self, champion) -> None:
+        """The minimization, its launch bound shrunk to what fits before the deadline (the first cut), and the
+        minimal champion's gate; a minimization that does not fit at all is cut, and the confirmed champion stays."""
+        from autoresearch.minimize import changes_of
+        from serving.config import ServingConfig
+
+        plan, study, progress, clock = self.plan, self.study, self.progress, self.clock
+        baseline = next(t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("role") == "baseline"
+                        and t.state == optuna.trial.TrialState.COMPLETE)
+        changes = len(changes_of(ServingConfig.from_dict(champion.config),
+                                 ServingConfig.from_dict(baseline.user_attrs["config"])))
+        launch = (progress.expected_s("launch") or 0.0) + (progress.expected_s("bench") or 0.0)
+        bound, cut = clock.minimize_bound(
+            per_launch_s=max(launch, 1.0), launches=plan.minimize_launches, changes=changes,
+            extra_launches=3 * plan.minimize_launches if plan.engine == "exllamav3" else 0,
+            gate_s=clock.after.get(MINIMAL_GATE, 0.0), report_s=progress.expected_s(REPORT) or 0.0)
+        if cut:
+            log.warning("%s", cut)
+            print(cut)
+            return
+        if bound is not None and (plan.minimize_max_launches is None or bound < plan.minimize_max_launches):
+            log.info("the minimization is bounded at %d launches to end by the deadline", bound)
+            plan = dataclasses.replace(plan, minimize_max_launches=bound)
+        with clock.timed(MINIMIZE):
+            progress.stage(MINIMIZE)
+            minimization = minimize_champion(plan, study, self.db, champion)
+        if minimization is not None and not minimization.complete and bound == plan.minimize_max_launches:
+            clock.cuts.append(f"minimization stopped at {minimization.launches} launches, the bound that ended it "
+                              "by the deadline; its stop rule was not reached")
+        with clock.timed(MINIMAL_GATE):
+            progress.stage(MINIMAL_GATE)
+            verdict = gate_minimal(plan, study, self.db, self.store, self.runner.tier, minimization)
+            if minimization.extra.get("tabbyapi_subset"):  # what `export --format tabbyapi` writes, judged alike
+                subset = gate_tabbyapi_subset(plan, study, self.db, self.store, self.runner.tier, minimization)
+                print(f"TabbyAPI subset: gate {'passed' if subset['passed'] else 'failed'}: {subset['reason']}")
+        self.report()
+        print(f"minimal champion: {len(minimization.kept)} of {len(minimization.changes)} changes kept "
+              f"({minimization.launches} launches of at most {minimization.bound}); gate "
+              f"{'passed' if verdict['passed'] else 'failed'}: {verdict['reason']}")
+
+    def run(self) -> int:
+        self.search()
+        try:
+            champion = self.finalists()
         except ConfirmedElsewhere as exc:
-            write_report(plan, study, db, store)
+            self.report()
             print(f"finalists: {exc}")
             return 0
-        write_report(plan, study, db, store)
-        if champion is not None and plan.minimize and not champion.is_baseline:
-            progress.stage("minimizing the champion")
-            minimization = minimize_champion(plan, study, db, champion)
-            progress.stage("gating the minimal champion")
-            verdict = gate_minimal(plan, study, db, store, runner.tier, minimization)
-            if minimization.extra.get("tabbyapi_subset"):  # what `export --format tabbyapi` writes, judged alike
-                progress.stage("gating the TabbyAPI subset")
-                subset = gate_tabbyapi_subset(plan, study, db, store, runner.tier, minimization)
-                print(f"TabbyAPI subset: gate {'passed' if subset['passed'] else 'failed'}: {subset['reason']}")
-            write_report(plan, study, db, store)
-            print(f"minimal champion: {len(minimization.kept)} of {len(minimization.changes)} changes kept "
-                  f"({minimization.launches} launches of at most {minimization.bound}); gate "
-                  f"{'passed' if verdict['passed'] else 'failed'}: {verdict['reason']}")
-    if champion is None:
-        log.error("no champion decided: the baseline did not complete or could not be re-measured")
-        return 1
-    who = "the baseline (no candidate confirmed faster)" if champion.is_baseline else f"trial {champion.trial}"
-    print(f"champion: {who}; decode {champion.decode_tok_per_s:.2f} tok/s, prefill {champion.prefill_tok_per_s:.1f} "
-          f"tok/s, {_speedups(champion)}")
-    print(f"results: {plan.results_md}")
-    return 0
+        self.report()
+        if champion is not None and self.plan.minimize and not champion.is_baseline:
+            self.minimize(champion)
+        self.clock.ended = True
+        with self.clock.timed(REPORT):
+            self.clock.save(self.study)
+            self.report()  # with the night as run
+        if champion is None:
+            log.error("no champion decided: the baseline did not complete or could not be re-measured")
+            return 1
+        who = "the baseline (no candidate confirmed faster)" if champion.is_baseline else f"trial {champion.trial}"
+        print(f"champion: {who}; decode {champion.decode_tok_per_s:.2f} tok/s, prefill "
+              f"{champion.prefill_tok_per_s:.1f} tok/s, {_speedups(champion)}")
+        print(f"results: {self.plan.results_md}")
+        return 0

@@ -21,11 +21,13 @@ from eval.decision import TaskPolicy
 from eval.store import EvalStore
 from eval.suites import SuiteSpec
 
-__all__ = ["PLAN_KEY", "add_rate_arguments", "announce", "announce_plan", "assumed_rates", "forecast_for",
-           "plan_command", "rates_at", "rates_from_args", "stated_from_args", "study_rates", "task_judgments"]
+__all__ = ["ASSUMED_CHANGES", "PLAN_KEY", "add_rate_arguments", "announce", "assumed_rates", "forecast_for",
+           "minimize_launches", "night_forecast", "plan_command", "rates_at", "rates_from_args", "stated_from_args",
+           "study_rates", "task_judgments"]
 
 log = logging.getLogger(__name__)
 PLAN_KEY = "night_plan"
+ASSUMED_CHANGES = 3  # the champion's changes the minimization is planned for until a candidate has some
 _RATE_FLAGS = {  # flag -> (stated_rates argument, help)
     "--decode-tok-s": ("decode_tok_s", "plan: batch-1 decode tok/s of the model on the target GPU"),
     "--prefill-tok-s": ("prefill_tok_s", "plan: prefill tok/s at the suite's prompt lengths"),
@@ -53,14 +55,19 @@ def stated_from_args(args: argparse.Namespace) -> dict:
             if (value := getattr(args, flag[2:].replace("-", "_"), None)) is not None}
 
 
-def assumed_rates(suite: SuiteSpec, engine: str, stated: dict) -> Rates:
-    """The rates stated, with what is missing assumed (and said to be) until the baseline measures it."""
+def assumed_rates(suite: SuiteSpec | None, engine: str, stated: dict) -> Rates:
+    """The rates stated, with what is missing assumed (and said to be) until the baseline measures it; without a
+    suite (--suite none), the cheap stages' only."""
     cpu = engine == "transformers"
     defaults = ({"decode_tok_s": 10.0, "prefill_tok_s": 200.0, "answer_tokens": 32.0, "prompt_tokens": 150.0,
                  "launch_s": 15.0, "bench_s": 40.0, "fidelity_s": 15.0} if cpu else
                 {"decode_tok_s": 40.0, "prefill_tok_s": 1000.0, "answer_tokens": 1000.0})
     missing = [k for k in ("decode_tok_s", "prefill_tok_s", "answer_tokens") if k not in stated]
     source = "stated rates" if not missing else f"assumed rates ({', '.join(missing)} not stated or measured yet)"
+    if suite is None:
+        rates = defaults | stated
+        return Rates(launch_s=rates.get("launch_s", 120.0), bench_s=rates.get("bench_s", 180.0),
+                     fidelity_s=rates.get("fidelity_s", 120.0), tasksets=(), source=source)
     return stated_rates(suite, **(defaults | stated), source=source)
 
 
@@ -73,7 +80,7 @@ def rates_from_args(args: argparse.Namespace, suite: SuiteSpec) -> Rates:
     return assumed_rates(suite, "exllamav3", stated)
 
 
-def study_rates(study: optuna.Study, db: ResultsDB, suite: SuiteSpec, fallback: Rates) -> Rates:
+def study_rates(study: optuna.Study, db: ResultsDB, suite: SuiteSpec | None, fallback: Rates) -> Rates:
     """The rates this study has measured so far (rates_at, on all of it)."""
     trials = study.get_trials(deepcopy=False)
     baseline = next((t.number for t in trials if t.user_attrs.get("role") == "baseline"
@@ -139,37 +146,69 @@ def announce(study: optuna.Study | None, forecast: Forecast, when: str) -> None:
                                        "stage_s": forecast.stage_s(), "total_s": forecast.total_s})
 
 
-def announce_plan(plan: RunPlan, study: optuna.Study, db: ResultsDB, suite: SuiteSpec, when: str, *,
-                  measured: bool) -> Forecast:
-    """The loop's plan for its night, from the stated (or assumed) rates and, once `measured`, the study's own."""
+def night_forecast(plan: RunPlan, study: optuna.Study, db: ResultsDB, suite: SuiteSpec | None, *, measured: bool,
+                   report_s: float = 0.0) -> Forecast:
+    """The loop's plan for its night (not printed: `announce` prints it), from the stated (or assumed) rates
+    and, once `measured`, the study's own; re-made after every trial for the loop's reserve
+    (autoresearch.clock)."""
     rates = assumed_rates(suite, plan.engine, plan.stated_rates)
     if measured:
         rates = study_rates(study, db, suite, rates)
     policy = plan.gate_policy.tasks
-    forecast = forecast_for(rates, policy=policy, hours=plan.hours, trials=plan.trials,
-                            finalists=plan.finalists, finalist_launches=plan.finalist_launches,
-                            scope=plan.task_tier_scope, judging=policy.mode == "judge",
-                            baseline_first=first_answers(policy, suite))
-    announce(study, forecast, when)
-    return forecast
+    launches = minimize_launches(plan.minimize_launches, plan.minimize_max_launches, _champion_changes(study),
+                                 tabbyapi=plan.engine == "exllamav3") if plan.minimize else 0
+    return forecast_for(rates, policy=policy, hours=plan.hours, trials=plan.trials,
+                        finalists=plan.finalists, finalist_launches=plan.finalist_launches,
+                        scope=plan.task_tier_scope, judging=policy.mode == "judge",
+                        baseline_first=first_answers(policy, suite) if suite is not None else 0,
+                        minimize_launches=launches, report_s=report_s)
+
+
+def minimize_launches(per_config: int, max_launches: int | None, changes: int, *, tabbyapi: bool) -> float:
+    """The minimization's planned launches for a champion of `changes` changes: its ranking round and each
+    change tried once (per_config x (3 changes + 1); autoresearch.minimize's bound allows 5 changes + 1), at
+    most --minimize-max-launches, and with the exllamav3 engine the TabbyAPI subsets' (3 x per_config)."""
+    launches = per_config * (3 * changes + 1)
+    if max_launches is not None:
+        launches = min(launches, max_launches)
+    return float(launches + (3 * per_config if tabbyapi else 0))
+
+
+def _champion_changes(study: optuna.Study) -> int:
+    """The changes of the best candidate so far (what the minimization will remove), else ASSUMED_CHANGES."""
+    from autoresearch.finalists import feasible_front, select_finalists
+    from autoresearch.minimize import changes_of
+    from autoresearch.ranking import Ranking
+    from serving.config import ServingConfig
+
+    trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    baseline = next((t for t in trials if t.user_attrs.get("role") == "baseline"), None)
+    if baseline is None or not feasible_front(study):
+        return ASSUMED_CHANGES
+    best = select_finalists(study, Ranking.of(study), baseline, 1)
+    if not best:
+        return ASSUMED_CHANGES
+    return len(changes_of(ServingConfig.from_dict(best[0].user_attrs["config"]),
+                          ServingConfig.from_dict(baseline.user_attrs["config"])))
 
 
 def forecast_for(rates: Rates, *, policy: TaskPolicy, hours: float | None, trials: int | None, finalists: int,
-                 finalist_launches: int, scope: str, judging: bool, baseline_first: int = 0) -> Forecast:
+                 finalist_launches: int, scope: str, judging: bool, baseline_first: int = 0,
+                 minimize_launches: float = 0.0, report_s: float = 0.0) -> Forecast:
     """The plan for a run stopped by --hours; a run stopped by --trials only is planned for the hours its
     trials would take."""
     bound = None
+    kw = {"finalists": finalists, "finalist_launches": finalist_launches, "scope": scope, "judging": judging,
+          "baseline_first": baseline_first, "minimize_launches": minimize_launches, "report_s": report_s}
     if hours is None:
         per = rates.launch_s + rates.bench_s + rates.fidelity_s
         hours = max((trials or 1) * per / 3600.0, 0.01)
-        probe = plan_night(rates, policy=policy, hours=hours, finalists=finalists,
-                           finalist_launches=finalist_launches, scope=scope, judging=judging, suggest=False,
-                           baseline_first=baseline_first)
-        hours = max(hours, (probe.baseline_s + probe.finalists_s + probe.judgment_s + (trials or 1) * probe.trial_s
+        probe = plan_night(rates, policy=policy, hours=hours, suggest=False, **kw)
+        after = sum(probe.after_search().values())
+        hours = max(hours, (probe.baseline_s + after + (trials or 1) * probe.trial_s
                             + 1.0) / 3600.0)  # a second over: the plan's floor division must reach the last trial
         bound = f"--trials {trials or 1}"
-    forecast = plan_night(rates, policy=policy, hours=hours, finalists=finalists, finalist_launches=finalist_launches,
-                          scope=scope, judging=judging, baseline_first=baseline_first)
+    forecast = plan_night(rates, policy=policy, hours=hours, **kw)
     return dataclasses.replace(forecast, bound=bound) if bound else forecast
 
 
@@ -187,8 +226,11 @@ def plan_command(args: argparse.Namespace, suite: SuiteSpec, policy: TaskPolicy)
         rates = study_rates(study, ResultsDB(args.storage), suite, fallback)
     else:
         rates = rates_from_args(args, suite)
+    launches = 0.0 if args.minimize is False else minimize_launches(
+        args.minimize_launches, args.minimize_max_launches, ASSUMED_CHANGES, tabbyapi=True)
     forecast = plan_night(rates, policy=policy, hours=args.hours, finalists=args.finalists,
                           finalist_launches=args.finalist_launches, scope=args.task_tier_scope,
-                          judging=policy.mode == "judge", baseline_first=first_answers(policy, suite))
+                          judging=policy.mode == "judge", baseline_first=first_answers(policy, suite),
+                          minimize_launches=launches)
     print(forecast.text(), end="")
     return 0 if forecast.fits else 1

@@ -25,6 +25,7 @@ class TrialOutcome(enum.StrEnum):
     # until the finalists' stage judges it (autoresearch.verdicts writes that verdict back)
     TASKS_PENDING = "tasks_pending"
     DUPLICATE = "duplicate"  # a lower-numbered trial holds this configuration
+    DEFERRED = "deferred"  # popped before the baseline was measured: re-enqueued after it, measured there
     INFEASIBLE = "infeasible"  # refused before any launch (memory model, cache too small)
     UNMEASURED = "unmeasured"  # bench left an objective point without a valid run
     CRASHED = "crashed"  # the server died under bench or the suite
@@ -55,4 +56,5 @@ class TrialOutcome(enum.StrEnum):
     @property
     def rejected(self) -> bool:
         """Listed among the rejected candidates in RESULTS.md: everything but a pass (and the baseline)."""
-        return self not in (TrialOutcome.PASSED, TrialOutcome.BASELINE, TrialOutcome.TASKS_PENDING)
+        return self not in (TrialOutcome.PASSED, TrialOutcome.BASELINE, TrialOutcome.TASKS_PENDING,
+                            TrialOutcome.DEFERRED)

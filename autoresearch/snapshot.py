@@ -235,6 +235,7 @@ class StudySnapshot:
     drift: DriftReport | None = None  # the baseline's readings over the study (autoresearch.drift)
     night_plan: dict | None = None  # the latest night plan (autoresearch.night), as the loop printed it
     energy: EnergyReport | None = None  # joules per request beside request time (autoresearch.energy)
+    night: dict | None = None  # the night as run (autoresearch.clock): each stage planned against measured, cuts
 
 
 def _gpu_of(details: dict) -> str:
@@ -499,7 +500,8 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
                         changed_knobs(t.user_attrs.get("config", {}), base_cfg),
                         _request_speedup(mix, base_search, [searched[t.number]] if t.number in searched else []),
                         *(_ratio(v, b) for v, b in zip(_speed(t) or (None, None), base_vals, strict=True)))
-             for t in trials if t.user_attrs.get("enqueued") or t.user_attrs.get("lever")]
+             for t in trials if (t.user_attrs.get("enqueued") or t.user_attrs.get("lever"))
+             and TrialOutcome.of(t) is not TrialOutcome.DEFERRED]  # its re-enqueued copy measured it
     rejected = [(t.number, TrialOutcome.of(t), "; ".join(t.user_attrs.get("reasons", []))[:300].replace("|", "/"),
                  changed_knobs(t.user_attrs.get("config", {}), base_cfg))
                 for t in trials if t.user_attrs.get("role") != "baseline"
@@ -530,7 +532,7 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
         minimization_launches=0 if study.user_attrs.get(MINIMIZATION_ATTR) else
         len(db.measurements(study=plan.study_name, kind=MINIMIZE_KIND)),
         drift=read_drift(plan, study, db),
-        night_plan=study.user_attrs.get("night_plan"),
+        night_plan=study.user_attrs.get("night_plan"), night=study.user_attrs.get("night"),
         energy=read_energy(db, plan.study_name, mix, baseline.number if baseline else None, front, finalists.rows,
                            champion))
 

@@ -19,11 +19,11 @@ import optuna
 import sqlalchemy
 
 from autoresearch.errors import PlanError, StudyError
-from autoresearch.plan import OBJECTIVES, RunPlan, worker_name
+from autoresearch.plan import OBJECTIVES, RunPlan, worker_gone, worker_name
 from search_space import SearchSpace, baseline_params
 
-__all__ = ["CONSTRAINTS", "baseline_trial_params", "check_enqueued", "constraints_of", "feasible", "model_is_hybrid",
-           "open_study", "tasks_pending", "params_with", "retry_interrupted", "sampler_seed"]
+__all__ = ["CONSTRAINTS", "baseline_trial_params", "check_enqueued", "constraints_of", "fail_gone_workers", "feasible",
+           "model_is_hybrid", "open_study", "params_with", "retry_interrupted", "sampler_seed", "tasks_pending"]
 
 log = logging.getLogger(__name__)
 # Each <= 0 when satisfied. A trial sets them by name (Optuna's trial.set_constraint): the one record.
@@ -116,6 +116,7 @@ def open_study(plan: RunPlan, space: SearchSpace) -> optuna.Study:
             study.set_user_attr("bench_plan", plan.bench_plan.to_dict())
             study.set_metric_names(list(OBJECTIVES))
         optuna.storages.fail_stale_trials(study)
+        fail_gone_workers(study)
         retry_interrupted(study)
         study.sampler = optuna.samplers.TPESampler(
             seed=sampler_seed(plan.seed, len(study.trials), worker_name()), multivariate=True, group=True, constraints_func=constraints_of,
@@ -157,6 +158,30 @@ def _check_settings(study: optuna.Study, plan: RunPlan) -> None:
             raise PlanError(f"{name}: study {plan.study_name} was measured with {json.dumps(stored.get(name))}, this "
                             f"run gives {json.dumps(value)}; resume with the stored value, or start afresh with "
                             "--study NEW")
+
+
+def fail_gone_workers(study: optuna.Study) -> list[int]:
+    """Fail each RUNNING trial whose worker is known to be gone (a killed process of this host: worker_gone) and
+    retry it as a stale heartbeat would be, now rather than after --grace: a resume after kill -9 goes on at
+    once. Returns the numbers of the trials failed."""
+    storage = study._storage  # Optuna's own fail_stale_trials reaches it the same way
+    failed = []
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        worker = t.user_attrs.get("worker")
+        if not worker or worker == worker_name() or not worker_gone(worker):
+            continue
+        try:
+            if storage.set_trial_state_values(t._trial_id, state=optuna.trial.TrialState.FAIL):
+                failed.append(t)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # another worker ended it
+    retry = getattr(storage, "get_heartbeat_stale_trial_callback", lambda: None)()
+    for t in failed:
+        log.info("trial %d was left running by worker %s, which is gone: it runs again", t.number,
+                 t.user_attrs["worker"])
+        if retry is not None:
+            retry(study, study._storage.get_trial(t._trial_id))
+    return [t.number for t in failed]
 
 
 def retry_interrupted(study: optuna.Study) -> list[int]:

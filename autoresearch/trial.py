@@ -435,7 +435,8 @@ class TrialRunner:
 
     def _wait_for_baseline(self, trial: optuna.Trial) -> BaselineEvidence:
         return wait_for_baseline(trial, store=self.store, db=self.db, study_name=self.plan.study_name,
-                                 baseline_params=lambda: baseline_trial_params(self.plan, self.space))
+                                 baseline_params=lambda: baseline_trial_params(self.plan, self.space),
+                                 grace_s=self.plan.grace_s)
 
     # ---- stages ----
 

@@ -58,6 +58,25 @@ def _floor_metrics() -> FidelityMetrics:
                            greedy_match_fraction=1.0, greedy_full_matches=1, ref_token_logprob_delta_mean=0.0)
 
 
+def stored_reference(store: EvalStore, plan: RunPlan) -> Reference:
+    """A one-probe fidelity reference, stored as a capture stores it (what a fake server cannot answer)."""
+    scores = ProbeScores(probe_id="p0", token_logprobs=(-0.1,), top=({3: -0.1},))
+    probes = hashlib.sha256(plan.study_name.encode()).hexdigest()  # a shared database holds many studies
+    reference = Reference(model_manifest_hash=plan.model.manifest_hash, probe_set_digest=probes, top_k=20,
+                          probes=(ProbeReference(probe_id="p0", kind="math", prompt_ids=(1, 2),
+                                                 continuation_ids=(3,), scores=scores),))
+    reference_id = store.save_reference(reference, probe_config={}, server={}, label="baseline", self_agreement=1.0)
+    return dataclasses.replace(reference, reference_id=reference_id)
+
+
+def stored_measurement(store: EvalStore, reference: Reference, *, role: str, label: str):
+    """A fidelity measurement at the noise floor's level against `reference`, stored as measure_fidelity stores one."""
+    measurement_id = store.save_measurement(reference_id=reference.reference_id, role=role, label=label,
+                                            metrics=_floor_metrics(), per_probe=[{"probe_id": "p0"}], elapsed_s=1.5,
+                                            server={})
+    return load_fidelity_measurement(store, measurement_id)
+
+
 @dataclass
 class StageEnv:
     plan: RunPlan
@@ -117,22 +136,13 @@ class StageEnv:
                       **attrs) -> int:
         """The baseline's trial and evidence as a finished baseline leaves them (a one-probe reference)."""
         number = self.add_trial(None, values, role="baseline", outcome="baseline", **attrs)
-        scores = ProbeScores(probe_id="p0", token_logprobs=(-0.1,), top=({3: -0.1},))
-        probes = hashlib.sha256(self.plan.study_name.encode()).hexdigest()  # a shared database holds many studies
-        reference = Reference(model_manifest_hash=self.plan.model.manifest_hash, probe_set_digest=probes, top_k=20,
-                              probes=(ProbeReference(probe_id="p0", kind="math", prompt_ids=(1, 2),
-                                                     continuation_ids=(3,), scores=scores),))
-        reference_id = self.store.save_reference(reference, probe_config={}, server={}, label="baseline",
-                                                 self_agreement=1.0)
-        floor_id = self.store.save_measurement(reference_id=reference_id, role="noise_floor", label="baseline#2",
-                                               metrics=_floor_metrics(), per_probe=[{"probe_id": "p0"}],
-                                               elapsed_s=1.5, server={})
+        reference = stored_reference(self.store, self.plan)
+        fidelity_floor = stored_measurement(self.store, reference, role="noise_floor", label="baseline#2")
         bench = bench_result(self.plan.bench_plan, *values)
         self.db.add_measurement(study=self.plan.study_name, trial=number, kind="bench", config_digest=self.digest(),
                                 payload=to_jsonable(bench.to_dict()))
         save_baseline(self.study, BaselineEvidence(
-            label="stages:baseline", reference=dataclasses.replace(reference, reference_id=reference_id),
-            fidelity_floor=load_fidelity_measurement(self.store, floor_id), suite=None, bench=bench,
+            label="stages:baseline", reference=reference, fidelity_floor=fidelity_floor, suite=None, bench=bench,
             speed_floor=NoiseFloor(rel_diff=tuple(sorted((floor or {}).items()))) if floor else None,
             trial_number=number,
             energy_floor=NoiseFloor(rel_diff=tuple(sorted(energy_floor.items()))) if energy_floor else None))

@@ -67,4 +67,5 @@ def test_the_panel_redraws_elapsed_without_an_event():
     clock.now += 120.0
     second = drawn()
     assert "elapsed" in first and "10 s" in first and "2 min" in second  # elapsed ticks between events
-    assert "ETA" in second and "25%" in second and "1 of 4" in second
+    # the study's share is elapsed over elapsed + ETA: 130 s in, 3 x 10 s less the 10 s the trial in flight has used
+    assert progress.study_eta_s() == 20.0 and "87%" in second and "1 of 4" in second

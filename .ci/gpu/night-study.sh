@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# GPU machine, real model (../shared/device/real-model builds /tmp/real-model/exl3-4.0) and the eval stack
+# (.ci/gpu/eval-install.sh), issue #38: the README's "On your GPU" command on the real 0.5B with --hours 0.25
+# must end, champion judged and minimized, within 15 minutes + 10% of wall time, writing RESULTS.md's
+# "The night as run" table (each stage planned against measured; what the deadline cut).
+# One device call may run 10 minutes, so each call runs the loop for at most STUDY_SECONDS, stopping it with
+# Ctrl-C (SIGINT, as a user would) and copying results.db and RESULTS.md to $OUT; the next call on the warm
+# machine resumes the same night (the same --hours: the calls' wall times add up in the study). Call it
+# twice (three times at most) back to back; it appends each call's wall time to /tmp/night-study/wall.txt
+# and prints the sum, which must be <= 990 s, and the night-as-run table:
+#   source .device-kit/setup.sh && source .ci/gpu/eval-install.sh && bash .ci/gpu/night-study.sh
+# Commit $OUT (RESULTS.md, results.db, study.log, wall.txt) under examples/real-0.5b-night/.
+set -uo pipefail
+out=${OUT:-/tmp/out}; mkdir -p "$out"
+state=/tmp/night-study; mkdir -p "$state"
+started=$(date +%s)
+timeout -s INT "${STUDY_SECONDS:-560}" python -m autoresearch --suite offline --model /tmp/real-model/exl3-4.0 \
+  --hours 0.25 --vram 24GiB --pin cache_tokens=32768 --grace 20 \
+  --storage "sqlite:///$state/results.db" --results-md "$state/RESULTS.md" --workdir /tmp/night-runs "$@" \
+  >>"$state/study.log" 2>&1
+code=$?
+echo "$(( $(date +%s) - started ))" >>"$state/wall.txt"
+echo "exit $code; wall seconds per call: $(tr '\n' ' ' <"$state/wall.txt"); sum $(paste -sd+ "$state/wall.txt" | bc)"
+python -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" \
+  "$state/results.db" "$out/results.db"
+cp "$state/study.log" "$state/wall.txt" "$out/" 2>/dev/null; cp "$state"/RESULTS*.* "$out/" 2>/dev/null
+grep -E "the search stops|minimization|champion:|Error|error:" "$state/study.log" | tail -12
+sed -n '/## The night as run/,/## Provenance/p' "$state/RESULTS.md" 2>/dev/null

@@ -1,0 +1,174 @@
+"""A whole night of the loop (`autoresearch.loop.run`) on real parts, with a scripted clock.
+
+Real: Optuna on SQLite, the trial runner's stages, the finalists' stage, the minimization and its gate, the
+night plan, the clock, RESULTS.md. Test doubles, named as such, at the outside boundaries only:
+- `ScriptedMachine` (tests.autoresearch.fakes.FakeLauncher): no process starts; each launch and bench takes
+  the scripted seconds on `ScriptedClock` (`time.monotonic` for the loop), irregularly (launches differ);
+  candidates that change the prefill chunk size are faster, the rest as fast as the baseline;
+- the fidelity probes a fake server cannot answer: a reference and measurements at the noise floor, stored as
+  the real capture stores them, each taking scripted seconds; the gate on them passes;
+- `ScriptedTier`, the task suite's answers: the baseline's first answers and each judgment take scripted seconds
+  (a judgment longer than the plan's estimate, as a walk that runs long), and every candidate passes.
+
+Usage:
+    env = NightEnv.make(tmp_path, small_model, monkeypatch, hours=2.0)
+    code = env.run()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import optuna
+
+from autoresearch import loop
+from autoresearch import minimal_gate as minimal_gate_module
+from autoresearch import trial as trial_module
+from autoresearch.plan import DriftPolicy, RunPlan, default_bench_plan, default_probe_config
+from autoresearch.study import baseline_trial_params
+from eval import EvalStore
+from eval.errors import MissingReference
+from search_space import SpaceContext, build_space, config_from_params, read_model_info
+
+from .fakes import FakeLauncher
+from .stage_env import GIB, stored_measurement, stored_reference
+
+LAUNCH_S, BENCH_S, FIDELITY_S = 60.0, 120.0, 60.0  # what the plan is told (--launch-s ...), and about what they take
+
+
+@dataclass
+class ScriptedClock:
+    """time.monotonic for the loop: seconds pass only when a scripted stage takes them."""
+
+    now: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def take(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class ScriptedMachine(FakeLauncher):
+    """FakeLauncher whose launches and benches take scripted seconds; a changed prefill chunk size is faster."""
+
+    def __init__(self, clock: ScriptedClock, baseline_digest: str, **kw):
+        super().__init__(**kw)
+        self.clock, self.baseline_digest = clock, baseline_digest
+
+    def serve(self, *, config, **kw):
+        self.clock.take(LAUNCH_S * (0.8 + 0.4 * (len(self.launches) % 3) / 2))  # 48, 60, 72 s in turn
+        return super().serve(config=config, **kw)
+
+    def run_bench(self, plan, endpoint, workload=None):
+        self.clock.take(BENCH_S)
+        config = self.launches[-1]
+        faster = config.digest != self.baseline_digest and config.args.max_chunk_size != 2048
+        self.speeds = {"*": (130.0, 1500.0) if faster else (100.0, 1000.0)}
+        return super().run_bench(plan, endpoint, workload)
+
+
+class ScriptedTier:
+    """The task suite's answers (autoresearch.judging.TierRunner's place): scripted seconds, every candidate passes."""
+
+    first_s = 300.0  # the baseline's first answers
+    judgment_s = 600.0
+
+    def __init__(self, clock: ScriptedClock):
+        self.clock = clock
+        self.judged: list[str] = []
+
+    def baseline_first(self, server, **_):
+        self.clock.take(self.first_s)
+        return SimpleNamespace(suite_run_id=None, tasksets=())
+
+    def judge_pending(self, study, t):
+        self.clock.take(self.judgment_s)
+        self.judged.append(f"trial {t.number}")
+        return {"passed": True, "reasons": []}
+
+    def judge(self, study, *, label, **_):
+        self.clock.take(self.judgment_s)
+        self.judged.append(label)
+        return SimpleNamespace(decision=SimpleNamespace(passed=True, reasons=[]), decision_id=None), None
+
+
+@dataclass
+class NightEnv:
+    plan: RunPlan
+    clock: ScriptedClock
+    machine: ScriptedMachine
+    tier: ScriptedTier
+    stages: list[tuple[str, float, float | None, float | None]] = field(default_factory=list)  # at each stage's
+    # start: name, scripted time, the study's ETA, the stage's ETA
+
+    @classmethod
+    def make(cls, tmp_path: Path, model, monkeypatch, **plan_kw) -> NightEnv:
+        kw = {"suite": "offline", "study_name": "night", "storage_url": f"sqlite:///{tmp_path / 'results.db'}",
+              "suite_overrides": {"limit": 40, "max_tokens": 48}, "vram_bytes": 24 * GIB, "minimize": True,
+              "minimize_launches": 1, "drift": DriftPolicy(every_trials=None, every_minutes=None),
+              "stated_rates": {"launch_s": LAUNCH_S, "bench_s": BENCH_S, "fidelity_s": FIDELITY_S,
+                               "decode_tok_s": 10.0, "prefill_tok_s": 200.0, "answer_tokens": 32.0}, **plan_kw}
+        plan = RunPlan(model=model, engine="exllamav3", workdir=tmp_path / "runs", results_md=tmp_path / "RESULTS.md",
+                       bench_plan=default_bench_plan("exllamav3"), probe_config=default_probe_config("exllamav3"),
+                       **kw)
+        clock = ScriptedClock()
+        monkeypatch.setattr(time, "monotonic", clock)
+        space = build_space(SpaceContext(engine="exllamav3", model=read_model_info(model.path)))
+        digest = config_from_params(space, baseline_trial_params(plan, space)).digest
+        machine = ScriptedMachine(clock, digest).install(monkeypatch)
+        tier = ScriptedTier(clock)
+        env = cls(plan=plan, clock=clock, machine=machine, tier=tier)
+        env._install(monkeypatch)
+        return env
+
+    def _install(self, monkeypatch) -> None:
+        store = EvalStore(self.plan.storage_url)
+
+        def capture(url, probes, **_):
+            self.clock.take(FIDELITY_S)
+            try:
+                return store.load_reference(self.plan.model.manifest_hash, _probes(self.plan))
+            except MissingReference:
+                return stored_reference(store, self.plan)
+
+        def fidelity(url, reference, *, role, label, **_):
+            self.clock.take(FIDELITY_S * 0.9)
+            return stored_measurement(store, reference, role=role, label=label)
+
+        passed = SimpleNamespace(decision=SimpleNamespace(passed=True, failed_stage=None, reasons=[]), decision_id=None)
+        monkeypatch.setattr(trial_module, "capture_reference", capture)
+        monkeypatch.setattr(trial_module, "measure_fidelity", fidelity)
+        monkeypatch.setattr(trial_module, "gate_candidate", lambda *a, **kw: passed)
+        monkeypatch.setattr(minimal_gate_module, "measure_fidelity", fidelity)
+        monkeypatch.setattr(minimal_gate_module, "gate_candidate", lambda *a, **kw: passed)
+        monkeypatch.setattr(trial_module, "TierRunner", lambda *a, **kw: self.tier)
+        monkeypatch.setattr("autoresearch.preflight._check_engine", lambda engine: None)
+        logging.getLogger("autoresearch").setLevel(logging.INFO)
+        stage = loop.Progress.stage
+
+        def seen(progress, name, **kw):
+            stage(progress, name, **kw)
+            self.stages.append((name, self.clock.now, progress.study_eta_s(), progress.stage_eta_s()))
+
+        monkeypatch.setattr(loop.Progress, "stage", seen)
+
+    def run(self) -> int:
+        return loop.run(self.plan)
+
+    def study(self) -> optuna.Study:
+        return optuna.load_study(study_name=self.plan.study_name, storage=self.plan.storage_url)
+
+    def replace(self, **changes) -> None:
+        self.plan = dataclasses.replace(self.plan, **changes)
+
+
+def _probes(plan: RunPlan) -> str:
+    import hashlib
+
+    return hashlib.sha256(plan.study_name.encode()).hexdigest()

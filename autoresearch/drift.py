@@ -47,7 +47,7 @@ from autoresearch.db import ResultsDB
 from autoresearch.errors import Unmeasured
 from autoresearch.objectives import DECODE_RATE, PREFILL_RATE, dominated_by, objectives_from_bench
 from autoresearch.plan import DriftPolicy, RunPlan
-from autoresearch.study import feasible
+from autoresearch.study import passed_so_far
 from bench import BenchError, BenchResult, NoiseFloor, mark_stalls
 from bench.telemetry import decode_throttle_reasons
 from openai_client import ClientError
@@ -306,7 +306,7 @@ def relative_dominator(study: optuna.Study, values: tuple[float, float], referen
     first = next(r for r in readings if r.measured)
     mine = (values[0] / reference.decode, values[1] / reference.prefill)
     for other in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if not feasible(other) or other.values is None or not all(math.isfinite(v) for v in other.values):
+        if not passed_so_far(other) or other.values is None or not all(math.isfinite(v) for v in other.values):
             continue
         if (other.user_attrs.get("drift") or {}).get("drifted"):
             continue

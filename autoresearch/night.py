@@ -183,7 +183,7 @@ def _champion_changes(study: optuna.Study) -> int:
 
     trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     baseline = next((t for t in trials if t.user_attrs.get("role") == "baseline"), None)
-    if baseline is None or not feasible_front(study):
+    if baseline is None or not feasible_front(study, with_pending=True):
         return ASSUMED_CHANGES
     best = select_finalists(study, Ranking.of(study), baseline, 1)
     if not best:

@@ -23,7 +23,8 @@ from autoresearch.plan import OBJECTIVES, RunPlan, worker_gone, worker_name
 from search_space import SearchSpace, baseline_params
 
 __all__ = ["CONSTRAINTS", "baseline_trial_params", "check_enqueued", "constraints_of", "fail_gone_workers", "feasible",
-           "model_is_hybrid", "open_study", "params_with", "retry_interrupted", "sampler_seed", "tasks_pending"]
+           "model_is_hybrid", "open_study", "params_with", "passed_so_far", "retry_interrupted", "sampler_seed",
+           "tasks_pending"]
 
 log = logging.getLogger(__name__)
 # Each <= 0 when satisfied. A trial sets them by name (Optuna's trial.set_constraint): the one record.
@@ -51,6 +52,12 @@ def feasible(trial: optuna.trial.FrozenTrial) -> bool:
     """COMPLETE with every constraint of CONSTRAINTS recorded and satisfied (one not measured: not feasible)."""
     constraints = trial.constraints
     return trial.state == optuna.trial.TrialState.COMPLETE and all(constraints.get(k, 1.0) <= 0 for k in CONSTRAINTS)
+
+
+def passed_so_far(trial: optuna.trial.FrozenTrial) -> bool:
+    """Feasible, or through every gate that has run with its task tier pending: what may prune another trial as
+    dominated and what the plan reads the best candidate from (a pending trial is the likely champion)."""
+    return feasible(trial) or tasks_pending(trial)
 
 
 def tasks_pending(trial: optuna.trial.FrozenTrial) -> bool:

@@ -33,18 +33,18 @@ def test_the_loops_decode_times_the_models_own_answers_unless_told_otherwise(eng
 
 def test_a_decode_cap_too_short_to_time_an_answer_is_refused_naming_the_flags():
     with pytest.raises(PlanError) as caught:
-        _bench_plan("exllamav3", build_parser().parse_args(["--bench-decode-tokens", "8"]))
-    assert str(caught.value).startswith("--bench-decode-tokens 8: ") and "--bench-decode-until length" in str(caught.value)
+        _bench_plan("exllamav3", build_parser().parse_args(["--bench-decode-tokens", "3"]))
+    assert str(caught.value).startswith("--bench-decode-tokens 3: ") and "--bench-decode-until length" in str(caught.value)
     assert _bench_plan("exllamav3", build_parser().parse_args(["--bench-decode-tokens", "8", "--bench-decode-until",
                                                                 "length"])).decode_tokens == 8
 
 
 @pytest.mark.parametrize("answer_tokens, reason", [
     (0, "no token arrived"),
-    (5, "too short to time decode"),
+    (3, "too short to time decode"),
 ])
 def test_answers_too_short_to_time_are_unmeasured_never_a_rate(answer_tokens, reason):
-    """Before: the loop's plan sent ignore_eos, and a model that answers in 0 or 5 tokens read as a decode rate."""
+    """Before: the loop's plan sent ignore_eos, and a model that answers in 0 or 3 tokens read as a decode rate."""
     plan = default_bench_plan("transformers")
     with PrefixCachingFakeServer(answer_tokens=answer_tokens) as server:
         result = run_bench(plan, Endpoint(url=server.url))

@@ -3,7 +3,7 @@
 #   source .device-kit/setup.sh && bash .ci/gpu/dflash2-check.sh          (nvidia-h200, carry [".device-kit"])
 # 1. writes /tmp/q27-mtp (the 27B with its MTP head, ~15 s) and /tmp/q27-dflash2 (its synthetic DFlash2
 #    drafter, ~5 s), once per warm machine;
-# 2. serve phase (.ci/gpu/dflash2_check.py, until SERVE_DEADLINE_S=260): `python -m serving` launches of the
+# 2. serve phase (.ci/gpu/dflash2_check.py, until SERVE_DEADLINE_S=260; ROWS=a,b for those settings alone): `python -m serving` launches of the
 #    target alone, + DFlash2, + MTP at cache 32768 and at the largest cache the memory model fits in 24 GiB:
 #    predicted against measured peak, decode, the per-round cost of a DFlash2 round against a plain step;
 # 3. study phase (until TOTAL_S=470): `python -m autoresearch --draft-model` with the DFlash2 lever enqueued

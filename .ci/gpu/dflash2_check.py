@@ -53,6 +53,7 @@ PINNED_CACHE = 32768
 MAX_CACHE = 262144  # the model's context
 DEADLINE_S = float(os.environ.get("SERVE_DEADLINE_S", "260"))  # the serve phase stops starting settings here
 SETTING_S = float(os.environ.get("SETTING_S", "60"))
+# ROWS=name,name (e.g. none@max,dflash2@max) launches only those settings: a later call measures what an earlier cut
 STARTED = time.monotonic()
 NOTE = ("random weights: the DFlash2 drafter drafts nothing useful (acceptance about zero) and MTP's head "
         "neither; only memory, plumbing and per-round cost are the real models'")
@@ -179,7 +180,10 @@ def serve_phase(report: dict) -> None:
     progress("settings (largest caches from the memory model): "
              + ", ".join(f"{k} cache {v['cache_tokens']}" for k, v in plan.items()))
     rows = report["rows"] = []
+    only = {r for r in os.environ.get("ROWS", "").split(",") if r}  # e.g. ROWS=none@max,mtp@32768: those alone
     for name, args in plan.items():
+        if only and name not in only:
+            continue
         try:
             predicted = mtp_check.predict(memory, args)
         except Exception as exc:  # a prediction that fails is a finding, not a stop

@@ -12,27 +12,27 @@ import time
 
 import optuna
 
-from autoresearch.clock import NIGHT_KEY, NightClock
-from autoresearch.db import ResultsDB
-from autoresearch.errors import BaselineFailed, ConfirmedElsewhere, PlanError
-from autoresearch.finalists import confirm_finalists, feasible_front
-from autoresearch.judging import JUDGED
-from autoresearch.logs import log_to_file
-from autoresearch.minimal_champion import minimize_champion
-from autoresearch.minimal_gate import gate_minimal, gate_tabbyapi_subset
-from autoresearch.model_source import record_manifest
-from autoresearch.night import announce, night_forecast
-from autoresearch.outcome import TrialOutcome
-from autoresearch.plan import RunPlan
-from autoresearch.preflight import preflight
-from autoresearch.progress import Progress
-from autoresearch.ranking import Ranking
-from autoresearch.report import write_report
-from autoresearch.request_time import ENERGY_RANKED, RANKED_BY
-from autoresearch.servers import reap_orphan_servers
-from autoresearch.stages import FINALISTS, MINIMAL_GATE, MINIMIZE, REPORT, SEARCH, TASKS
-from autoresearch.study import check_enqueued, open_study, tasks_pending
-from autoresearch.trial import TrialRunner
+from autoresearch.champion.minimal_champion import minimize_champion
+from autoresearch.champion.minimal_gate import gate_minimal, gate_tabbyapi_subset
+from autoresearch.checks.judging import JUDGED
+from autoresearch.crown.finalists import confirm_finalists, feasible_front
+from autoresearch.ground.db import ResultsDB
+from autoresearch.ground.errors import BaselineFailed, ConfirmedElsewhere, PlanError
+from autoresearch.ground.logs import log_to_file
+from autoresearch.ground.model_source import record_manifest
+from autoresearch.ground.outcome import TrialOutcome
+from autoresearch.ground.plan import RunPlan
+from autoresearch.ground.preflight import preflight
+from autoresearch.ground.ranked_by import ENERGY_RANKED, RANKED_BY
+from autoresearch.ground.servers import reap_orphan_servers
+from autoresearch.ground.stages import FINALISTS, MINIMAL_GATE, MINIMIZE, REPORT, SEARCH, TASKS
+from autoresearch.ground.study import check_enqueued, open_study, tasks_pending
+from autoresearch.measures.ranking import Ranking
+from autoresearch.night.clock import NIGHT_KEY, NightClock
+from autoresearch.night.progress import Progress
+from autoresearch.night_plan import announce, night_forecast
+from autoresearch.report.results_md import write_report
+from autoresearch.trial.runner import TrialRunner
 from eval import EvalStore
 from search_space import SpaceContext, build_space, read_model_info
 from search_space.errors import SpaceError
@@ -99,7 +99,7 @@ def replan_after(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> str | 
 def _task_judge(study: optuna.Study, runner: TrialRunner, progress: Progress, clock: NightClock):
     """The finalists' stage's task tier, for finalists whose tier is pending (--task-tier-scope finalists, also
     in a study resumed with another scope); None without a suite. A finalist after the first is judged only
-    if its judgment fits before the deadline (autoresearch.clock: the second cut)."""
+    if its judgment fits before the deadline (autoresearch.night.clock: the second cut)."""
     if runner.tier is None:
         return None
     judged = [0]
@@ -184,7 +184,7 @@ class _Night:
         self.progress.reported(time.monotonic() - started)
 
     def next_trial_fits(self) -> bool:
-        """The clock's rule (autoresearch.clock): a trial starts only if it and every stage after the search fit.
+        """The clock's rule (autoresearch.night.clock): a trial starts only if it and every stage after the search fit.
         The baseline always runs: nothing can be judged without it."""
         if not baseline_measured(self.study):
             return True
@@ -240,7 +240,7 @@ class _Night:
     def minimize(self, champion) -> None:
         """The minimization, its launch bound shrunk to what fits before the deadline (the first cut), and the
         minimal champion's gate; a minimization that does not fit at all is cut, and the confirmed champion stays."""
-        from autoresearch.minimize import changes_of
+        from autoresearch.champion.minimize import changes_of
         from serving.config import ServingConfig
 
         plan, study, progress, clock = self.plan, self.study, self.progress, self.clock

@@ -80,5 +80,5 @@ def test_imports_between_packages_follow_the_data_flow():
 
 def test_the_rule_sees_a_wrong_way_import():
     """The reader itself: an import inside a function, `import a.b` and `from a.b import c` all count."""
-    source = "import bench.client\nfrom eval import x\ndef f():\n    from autoresearch.plan import RunPlan\n"
+    source = "import bench.client\nfrom eval import x\ndef f():\n    from autoresearch.ground.plan import RunPlan\n"
     assert [name for _, name in _imported(ast.parse(source))] == ["bench", "eval", "autoresearch"]

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from autoresearch.outcome import TrialOutcome
-from autoresearch.study import CONSTRAINTS, constraints_of, feasible
-from autoresearch.trial import OK, VIOLATED, TrialRunner, _Record
+from autoresearch.ground.outcome import TrialOutcome
+from autoresearch.ground.study import CONSTRAINTS, constraints_of, feasible
+from autoresearch.trial.runner import OK, VIOLATED, TrialRunner, _Record
 from eval.decision import GateDecision
 from eval.gate import GateRecord
 

@@ -1,6 +1,6 @@
 """Drift: the baseline is re-measured during the search, and a candidate measured under drift is never pruned.
 
-The stage machine (autoresearch.trial.TrialRunner) runs real Optuna trials on a real SQLite study;
+The stage machine (autoresearch.trial.runner.TrialRunner) runs real Optuna trials on a real SQLite study;
 the outside boundary is `ScriptedMachine`, a test double at the serve boundary: its "launches" start
 no process, and bench on them returns scripted speeds (each configuration's own speed times the
 machine's, which halves mid-study, as a GPU that starts to throttle or a host another job loads).
@@ -25,11 +25,8 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from autoresearch import drift
-from autoresearch import trial as trial_module
-from autoresearch.baseline import save_baseline
-from autoresearch.db import ResultsDB
-from autoresearch.drift import (
+from autoresearch.checks import drift
+from autoresearch.checks.drift import (
     DriftWatch,
     Limits,
     Reading,
@@ -38,12 +35,15 @@ from autoresearch.drift import (
     read_readings,
     remeasure_due,
 )
-from autoresearch.model_source import ResolvedModel
-from autoresearch.plan import DriftPolicy, RunPlan, default_bench_plan, default_probe_config
-from autoresearch.progress import Progress
-from autoresearch.report import render_section
-from autoresearch.study import CONSTRAINTS, open_study
-from autoresearch.trial import TrialRunner
+from autoresearch.ground.db import ResultsDB
+from autoresearch.ground.model_source import ResolvedModel
+from autoresearch.ground.plan import DriftPolicy, RunPlan, default_bench_plan, default_probe_config
+from autoresearch.ground.study import CONSTRAINTS, open_study
+from autoresearch.measures.baseline import save_baseline
+from autoresearch.night.progress import Progress
+from autoresearch.report.results_md import render_section
+from autoresearch.trial import runner as trial_module
+from autoresearch.trial.runner import TrialRunner
 from bench import NoiseFloor, noise_floor
 from eval import EvalStore
 from openai_client import Endpoint
@@ -89,8 +89,8 @@ class ScriptedMachine:
 
 def _install(m: ScriptedMachine, monkeypatch) -> ScriptedMachine:
     """The scripted machine at every launch the trial runner and the drift check make."""
-    monkeypatch.setattr("autoresearch.servers.serve", m.serve)  # every ServerSpec.launch
-    monkeypatch.setattr("autoresearch.plan.run_bench", m.run_bench)  # every RunPlan.fresh_bench
+    monkeypatch.setattr("autoresearch.ground.servers.serve", m.serve)  # every ServerSpec.launch
+    monkeypatch.setattr("autoresearch.ground.plan.run_bench", m.run_bench)  # every RunPlan.fresh_bench
     monkeypatch.setattr(trial_module, "server_info", lambda url: None)  # the double has no /v1/server_info
     # the gate after the dominance check: stand-ins that pass (the fidelity gate has its own tests)
     monkeypatch.setattr(trial_module, "measure_fidelity",
@@ -163,7 +163,7 @@ def test_the_baseline_halving_mid_study_is_reported_and_prunes_no_candidate(plan
     base = study.trials[0].params
     for chunk in (64, 128, 256, 512):
         study.enqueue_trial({**base, "prefill_chunk_size": chunk})
-    with caplog.at_level(logging.WARNING, logger="autoresearch.drift"):
+    with caplog.at_level(logging.WARNING, logger="autoresearch.checks.drift"):
         study.optimize(runner, n_trials=4)
 
     trials = {t.params["prefill_chunk_size"]: t for t in study.get_trials()[1:]}
@@ -242,7 +242,7 @@ def test_an_unsteady_baseline_is_logged_once_and_prunes_no_candidate(plan, monke
     study, db, runner = _study_after_baseline(plan, machine, monkeypatch)
     for chunk in (64, 128):
         study.enqueue_trial({**study.trials[0].params, "prefill_chunk_size": chunk})
-    with caplog.at_level(logging.WARNING, logger="autoresearch.drift"):
+    with caplog.at_level(logging.WARNING, logger="autoresearch.checks.drift"):
         study.optimize(runner, n_trials=2)
     warnings = [r.getMessage() for r in caplog.records if r.getMessage().startswith("measurements unsteady: ")]
     assert len(warnings) == 1 and "differed by 50% in decode and 50% in prefill" in warnings[0], warnings
@@ -273,7 +273,7 @@ def test_a_reading_is_due_after_k_trials_t_minutes_a_failed_check_or_a_new_drift
 
 
 def test_a_check_with_no_rule_left_is_refused_as_a_usage_error():
-    from autoresearch.errors import PlanError
+    from autoresearch.ground.errors import PlanError
 
     with pytest.raises(PlanError, match="--drift-every-trials must be >= 1"):
         DriftPolicy(every_trials=0)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch import model_source
 from autoresearch.__main__ import build_parser, main, make_plan
+from autoresearch.ground import model_source
 
 
 @pytest.fixture

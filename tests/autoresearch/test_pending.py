@@ -17,14 +17,14 @@ import optuna
 import pytest
 from optuna.samplers._tpe.sampler import _get_infeasible_trial_score
 
-from autoresearch.finalists import select_finalists
-from autoresearch.judging import PENDING, TierRunner
-from autoresearch.objectives import NOT_MEASURED
-from autoresearch.outcome import TrialOutcome
-from autoresearch.ranking import Ranking
-from autoresearch.study import CONSTRAINTS, constraints_of, feasible, tasks_pending
-from autoresearch.trial import OK, TrialRunner, _Record
-from autoresearch.verdicts import record_task_verdict
+from autoresearch.checks.judging import PENDING, TierRunner
+from autoresearch.checks.verdicts import record_task_verdict
+from autoresearch.crown.finalists import select_finalists
+from autoresearch.ground.outcome import TrialOutcome
+from autoresearch.ground.study import CONSTRAINTS, constraints_of, feasible, tasks_pending
+from autoresearch.measures.objectives import NOT_MEASURED
+from autoresearch.measures.ranking import Ranking
+from autoresearch.trial.runner import OK, TrialRunner, _Record
 from eval.decision import GateDecision
 from eval.gate import GateRecord
 

@@ -460,7 +460,7 @@ def _run_command(args: argparse.Namespace, shown_storage: str) -> int:
 
             return export_champion(plan, args.out, fmt=args.format, full=args.full_champion)
         if args.command == "report":
-            from autoresearch.champion.export import regenerate_report
+            from autoresearch.report.results_md import regenerate_report
 
             return regenerate_report(plan)
         from autoresearch.loop import run

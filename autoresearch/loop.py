@@ -26,7 +26,14 @@ from autoresearch.ground.preflight import preflight
 from autoresearch.ground.ranked_by import ENERGY_RANKED, RANKED_BY
 from autoresearch.ground.servers import reap_orphan_servers
 from autoresearch.ground.stages import FINALISTS, MINIMAL_GATE, MINIMIZE, REPORT, SEARCH, TASKS
-from autoresearch.ground.study import check_enqueued, open_study, tasks_pending
+from autoresearch.ground.study import (
+    COUNTED,
+    baseline_trial,
+    check_enqueued,
+    is_baseline,
+    open_study,
+    tasks_pending,
+)
 from autoresearch.measures.ranking import Ranking
 from autoresearch.night.clock import NIGHT_KEY, NightClock
 from autoresearch.night.progress import Progress
@@ -40,25 +47,22 @@ from search_space.errors import SpaceError
 __all__ = ["baseline_measured", "best_line", "counted_trials", "replan_after", "run"]
 
 log = logging.getLogger(__name__)
-_COUNTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
 
 def counted_trials(study: optuna.Study) -> int:
     """The trials --trials counts: COMPLETE and PRUNED, less the deferred (their configuration runs again)."""
-    return sum(t.user_attrs.get("outcome") != TrialOutcome.DEFERRED for t in study.get_trials(deepcopy=False, states=_COUNTED))
+    return sum(t.user_attrs.get("outcome") != TrialOutcome.DEFERRED for t in study.get_trials(deepcopy=False, states=COUNTED))
 
 
 def baseline_measured(study: optuna.Study) -> bool:
-    return any(t.user_attrs.get("role") == "baseline" for t in study.get_trials(
-        deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+    return baseline_trial(study) is not None
 
 
 def best_line(study: optuna.Study) -> str:
-    trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    baseline = next((t for t in trials if t.user_attrs.get("role") == "baseline"), None)
+    baseline = baseline_trial(study)
     if baseline is None:
         return "baseline not measured yet"
-    front = [t for t in feasible_front(study, with_pending=True) if t.user_attrs.get("role") != "baseline"]
+    front = [t for t in feasible_front(study, with_pending=True) if not is_baseline(t)]
     line = f"baseline (decode {baseline.values[0]:.1f}, prefill {baseline.values[1]:.0f} tok/s)"
     if not front:
         return line
@@ -88,7 +92,7 @@ def _speedups(champion) -> str:
 def replan_after(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> str | None:
     """When a finished trial makes the night plan worth printing again, and why: the baseline's measured rates
     replace the stated or assumed ones; the first judgment's walks replace the design's."""
-    if trial.user_attrs.get("role") == "baseline" and trial.state == optuna.trial.TrialState.COMPLETE:
+    if baseline_trial([trial]) is not None:
         return "night plan once the baseline measured its rates"
     if trial.user_attrs.get("task_tier") == JUDGED and sum(
             t.user_attrs.get("task_tier") == JUDGED for t in study.get_trials(deepcopy=False)) == 1:
@@ -244,8 +248,7 @@ class _Night:
         from serving.config import ServingConfig
 
         plan, study, progress, clock = self.plan, self.study, self.progress, self.clock
-        baseline = next(t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("role") == "baseline"
-                        and t.state == optuna.trial.TrialState.COMPLETE)
+        baseline = baseline_trial(study)
         changes = len(changes_of(ServingConfig.from_dict(champion.config),
                                  ServingConfig.from_dict(baseline.user_attrs["config"])))
         launch = (progress.expected_s("launch") or 0.0) + (progress.expected_s("bench") or 0.0)

@@ -16,6 +16,7 @@ import optuna
 from autoresearch.checks.task_tier import first_answers
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.plan import RunPlan
+from autoresearch.ground.study import baseline_trial
 from autoresearch.night.forecast import SCOPES, Forecast, Rates, measured_rates, plan_night, stated_rates
 from eval.decision import TaskPolicy
 from eval.store import EvalStore
@@ -83,8 +84,7 @@ def rates_from_args(args: argparse.Namespace, suite: SuiteSpec) -> Rates:
 def study_rates(study: optuna.Study, db: ResultsDB, suite: SuiteSpec | None, fallback: Rates) -> Rates:
     """The rates this study has measured so far (rates_at, on all of it)."""
     trials = study.get_trials(deepcopy=False)
-    baseline = next((t.number for t in trials if t.user_attrs.get("role") == "baseline"
-                     and t.state == optuna.trial.TrialState.COMPLETE), None)
+    baseline = getattr(baseline_trial(trials), "number", None)
     runs = [r["payload"] for r in db.measurements(study=study.study_name, kind="suite", trial=baseline)] \
         if baseline is not None else []
     return rates_at(trials, runs, task_judgments(study, db, baseline, runs), suite, fallback)
@@ -181,8 +181,7 @@ def _champion_changes(study: optuna.Study) -> int:
     from autoresearch.measures.ranking import Ranking
     from serving.config import ServingConfig
 
-    trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    baseline = next((t for t in trials if t.user_attrs.get("role") == "baseline"), None)
+    baseline = baseline_trial(study)
     if baseline is None or not feasible_front(study):
         return ASSUMED_CHANGES
     best = select_finalists(study, Ranking.of(study), baseline, 1)

@@ -1,4 +1,4 @@
-"""The champion as a serving config (this project's, or TabbyAPI's config.yml + exl3.env); regenerating RESULTS.md.
+"""The champion as a serving config: this project's, or TabbyAPI's config.yml + exl3.env.
 
 `export` writes the minimal champion (autoresearch.champion.minimize) once it has passed the gate, else the
 confirmed champion; `--full-champion` always writes the confirmed one. The TabbyAPI export says, in its
@@ -25,24 +25,14 @@ from autoresearch.champion.minimize import Cost, Minimization
 from autoresearch.champion.tabbyapi import TabbyExport, expressible_subset, to_tabbyapi
 from autoresearch.champion.tabbyapi_schema import config_problems
 from autoresearch.crown.finalists import load_champion
-from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import StudyError
 from autoresearch.ground.outputs import EXPORT_DEFAULTS
 from autoresearch.ground.plan import RunPlan
 from autoresearch.ground.ranked_by import ranking_label
-from autoresearch.ground.study import model_is_hybrid
-from autoresearch.report.results_md import write_report
-from eval import EvalStore
+from autoresearch.ground.study import load_stored_study, model_is_hybrid
 from serving.config import ServingConfig
 
-__all__ = ["export_champion", "regenerate_report"]
-
-
-def _load(plan: RunPlan) -> optuna.Study:
-    try:
-        return optuna.load_study(study_name=plan.study_name, storage=plan.storage_url)
-    except KeyError as exc:
-        raise StudyError(f"no study {plan.study_name!r} in {plan.storage_label}; run the loop first") from exc
+__all__ = ["export_champion"]
 
 
 def _exported_config(study: optuna.Study, champion: dict, *, full: bool) -> tuple[ServingConfig, str, Minimization | None]:
@@ -65,7 +55,7 @@ def _exported_config(study: optuna.Study, champion: dict, *, full: bool) -> tupl
 
 def export_champion(plan: RunPlan, out: Path | None, *, fmt: str = "serving", full: bool = False) -> int:
     """Write the champion as this project's serving config (`serving`) or as TabbyAPI's files (`tabbyapi`)."""
-    study = _load(plan)
+    study = load_stored_study(plan)
     champion = load_champion(study)
     if champion is None:
         raise StudyError(f"study {plan.study_name} has no champion yet: the loop decides it after its last trial")
@@ -173,10 +163,3 @@ def _not_expressed(export: TabbyExport, config: ServingConfig, minimization: Min
         lines.append("Its speed has not been measured: the minimization measures it when the minimal champion has "
                      "settings TabbyAPI cannot express.")
     return lines
-
-
-def regenerate_report(plan: RunPlan) -> int:
-    study = _load(plan)
-    path = write_report(plan, study, ResultsDB(plan.storage_url), EvalStore(plan.storage_url))
-    print(f"wrote {path}", file=sys.stderr)
-    return 0

@@ -27,7 +27,7 @@ from autoresearch.crown.finalists import Champion
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import Unmeasured
 from autoresearch.ground.plan import RunPlan
-from autoresearch.ground.study import model_is_hybrid
+from autoresearch.ground.study import baseline_trial, model_is_hybrid
 from autoresearch.measures.objectives import objectives_from_bench
 from autoresearch.measures.request_time import RequestMix
 from bench import BenchError, BenchResult
@@ -80,8 +80,7 @@ class _Launcher:
 
 
 def _baseline_mix(study: optuna.Study, db: ResultsDB, plan: RunPlan) -> tuple[ServingConfig, RequestMix]:
-    baseline = next(t for t in study.get_trials(deepcopy=False)
-                    if t.user_attrs.get("role") == "baseline" and t.state == optuna.trial.TrialState.COMPLETE)
+    baseline = baseline_trial(study)
     rows = [r for r in db.measurements(study=plan.study_name, kind="bench", trial=baseline.number) if r["launch"] == 0]
     if not rows:
         raise Unmeasured(f"the baseline (trial {baseline.number}) has no stored bench record to take the workload's "

@@ -45,7 +45,7 @@ import optuna
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import Unmeasured
 from autoresearch.ground.plan import DriftPolicy, RunPlan
-from autoresearch.ground.study import feasible
+from autoresearch.ground.study import COUNTED, baseline_trial, feasible, is_baseline
 from autoresearch.measures.baseline import stored_speed_floor
 from autoresearch.measures.objectives import DECODE_RATE, PREFILL_RATE, dominated_by, objectives_from_bench
 from bench import BenchError, BenchResult, NoiseFloor, mark_stalls
@@ -64,7 +64,6 @@ NOISE_FACTOR = 2.0  # as bench's DifferenceRule: beyond twice the launch-to-laun
 # measured (another job, a GPU heating or shared), and every threshold built on that floor is as wide.
 UNSTEADY_FLOOR = 0.25  # then no candidate is pruned on its speed: it goes on to the gate
 KIND = "drift_bench"  # the results store's kind for a drift check's launch
-_COUNTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
 
 # ---- what the machine was doing ----
@@ -174,11 +173,6 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    return next((t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                 if t.user_attrs.get("role") == "baseline"), None)
-
-
 def _objectives(payload: dict) -> tuple[float, float] | None:
     try:
         return objectives_from_bench(mark_stalls(BenchResult.from_dict(payload)))
@@ -217,8 +211,8 @@ def read_readings(study: optuna.Study, db: ResultsDB, study_name: str) -> list[R
 
 def _finished_since(study: optuna.Study, since: dt.datetime) -> int:
     """Candidate trials finished after `since` (Optuna keeps naive local times; compared as instants)."""
-    return sum(1 for t in study.get_trials(deepcopy=False, states=_COUNTED)
-               if t.user_attrs.get("role") != "baseline" and t.datetime_complete is not None
+    return sum(1 for t in study.get_trials(deepcopy=False, states=COUNTED)
+               if not is_baseline(t) and t.datetime_complete is not None
                and t.datetime_complete.astimezone(dt.UTC) > since)
 
 

@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch.ground.errors import BaselineUnmeasured
-from eval.walks import lookahead, quiet_walk
 from eval.decision import TaskPolicy, TasksetVerdict, baseline_problems, compare_taskset
 from eval.records import EpisodeOutcome, SuiteResult, TasksetResult
 from eval.suites import SuiteSpec, TasksetSpec
 from eval.traces import TraceTail, summarize_episodes
+from eval.walks import lookahead, quiet_walk
 
 __all__ = ["Answer", "Answers", "Judgment", "TaskTier", "first_answers", "first_walk"]
 

@@ -36,7 +36,7 @@ from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import ConfirmedElsewhere, Unmeasured
 from autoresearch.ground.plan import RunPlan, worker_gone, worker_name
 from autoresearch.ground.ranked_by import GEOMEAN
-from autoresearch.ground.study import feasible, tasks_pending
+from autoresearch.ground.study import baseline_trial, feasible, is_baseline, tasks_pending
 from autoresearch.measures.baseline import stored_energy_floor, stored_speed_floor
 from autoresearch.measures.faster import ENERGY, judge_speed
 from autoresearch.measures.objectives import objectives_from_bench
@@ -95,8 +95,7 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
     stored = load_champion(study)
     if stored is not None and stored.get("trials_at") == len(trials):  # decided, and nothing ran since
         return Champion(**{k: stored[k] for k in Champion.__dataclass_fields__ if k in stored})
-    baseline = next((t for t in trials if t.user_attrs.get("role") == "baseline"
-                     and t.state == optuna.trial.TrialState.COMPLETE), None)
+    baseline = baseline_trial(trials)
     if baseline is None:
         return None
     baseline_values = tuple(baseline.values)
@@ -126,7 +125,7 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
 def select_finalists(study: optuna.Study, ranking: Ranking, baseline: optuna.trial.FrozenTrial,
                      n: int) -> list[optuna.trial.FrozenTrial]:
     """The n best feasible front members by the study's one number, among those it calls faster than the baseline."""
-    front = [t for t in feasible_front(study, with_pending=True) if t.user_attrs.get("role") != "baseline"]
+    front = [t for t in feasible_front(study, with_pending=True) if not is_baseline(t)]
     return [t for score, t in ranking.rank(front, baseline) if score > 1.0][:n]
 
 

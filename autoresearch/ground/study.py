@@ -14,6 +14,7 @@ import logging
 import time
 import warnings
 import zlib
+from collections.abc import Iterable
 
 import optuna
 import sqlalchemy
@@ -23,13 +24,14 @@ from autoresearch.ground.plan import OBJECTIVES, RunPlan, worker_gone, worker_na
 from autoresearch.ground.ranked_by import settle_ranked_by
 from search_space import SearchSpace, baseline_params
 
-__all__ = ["CONSTRAINTS", "baseline_trial_params", "check_enqueued", "constraints_of", "fail_gone_workers", "feasible",
-           "model_is_hybrid", "open_study", "params_with", "retry_interrupted", "sampler_seed", "tasks_pending"]
+__all__ = ["CONSTRAINTS", "COUNTED", "baseline_trial", "baseline_trial_params", "check_enqueued", "constraints_of", "fail_gone_workers", "feasible",
+           "is_baseline", "load_stored_study", "model_is_hybrid", "open_study", "params_with", "retry_interrupted", "sampler_seed", "tasks_pending"]
 
 log = logging.getLogger(__name__)
 # Each <= 0 when satisfied. A trial sets them by name (Optuna's trial.set_constraint): the one record.
 CONSTRAINTS = ("fits", "launch_ok", "measured", "fidelity", "tasks")
 _SETTINGS = "settings"  # the study's RunPlan.measured_settings, as its first run stored them
+COUNTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)  # the states of a trial that ran
 
 
 def constraints_of(trial: optuna.trial.FrozenTrial) -> list[float]:
@@ -43,9 +45,29 @@ def constraints_of(trial: optuna.trial.FrozenTrial) -> list[float]:
     return [named.get(k, 0.0) for k in CONSTRAINTS]
 
 
+def load_stored_study(plan: RunPlan) -> optuna.Study:
+    """The plan's study as stored, for `report` and `export` (StudyError where the database has none by that name)."""
+    try:
+        return optuna.load_study(study_name=plan.study_name, storage=plan.storage_url)
+    except KeyError as exc:
+        raise StudyError(f"no study {plan.study_name!r} in {plan.storage_label}; run the loop first") from exc
+
+
+def is_baseline(trial: optuna.trial.FrozenTrial) -> bool:
+    """The trial measures the baseline (its user attr "role"), in whatever state it is."""
+    return trial.user_attrs.get("role") == "baseline"
+
+
+def baseline_trial(trials: optuna.Study | Iterable[optuna.trial.FrozenTrial]) -> optuna.trial.FrozenTrial | None:
+    """The study's completed baseline trial (what every candidate is judged against); None before it completed."""
+    if isinstance(trials, optuna.Study):
+        trials = trials.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    return next((t for t in trials if is_baseline(t) and t.state == optuna.trial.TrialState.COMPLETE), None)
+
+
 def model_is_hybrid(study: optuna.Study) -> bool:
     """The study's model has recurrent state: its baseline trial has the knob that only applies to such models."""
-    return any(t.user_attrs.get("role") == "baseline" and "cache_slots" in t.params for t in study.trials)
+    return any(is_baseline(t) and "cache_slots" in t.params for t in study.trials)
 
 
 def feasible(trial: optuna.trial.FrozenTrial) -> bool:
@@ -120,7 +142,7 @@ def open_study(plan: RunPlan, space: SearchSpace) -> optuna.Study:
             seed=sampler_seed(plan.seed, len(study.trials), worker_name()), multivariate=True, group=True, constraints_func=constraints_of,
             n_startup_trials=min(10, max(2, (plan.trials or 10) // 2)),
         )
-    if not any(t.user_attrs.get("role") == "baseline" for t in study.get_trials(deepcopy=False)):
+    if not any(is_baseline(t) for t in study.get_trials(deepcopy=False)):
         study.enqueue_trial(baseline, user_attrs={"role": "baseline"}, skip_if_exists=True)
     for params in enqueued:
         study.enqueue_trial(params, user_attrs={"role": "candidate", "enqueued": True}, skip_if_exists=True)

@@ -25,6 +25,7 @@ import optuna
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import BaselineNotReady, BaselineUnmeasured, Unmeasured
 from autoresearch.ground.outcome import TrialOutcome
+from autoresearch.ground.study import fail_gone_workers, is_baseline
 from bench import BenchResult, NoiseFloor, mark_stalls
 from eval import EvalStore, FidelityMeasurement, MissingReference, Reference, SuiteResult
 from eval.fidelity import load_fidelity_measurement
@@ -129,8 +130,6 @@ def wait_for_baseline(trial: optuna.Trial, *, store: EvalStore, db: ResultsDB, s
     candidate after it (with its lever or --enqueue mark), and BaselineNotReady ends this trial PRUNED,
     its outcome `deferred`: a trial that waited in the queue never becomes a FAIL.
     """
-    from autoresearch.ground.study import fail_gone_workers
-
     study = trial.study
     said = None
     while True:
@@ -141,7 +140,7 @@ def wait_for_baseline(trial: optuna.Trial, *, store: EvalStore, db: ResultsDB, s
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # stable since Optuna 2.9
             optuna.storages.fail_stale_trials(study)  # a baseline whose worker was killed is retried
         fail_gone_workers(study)  # at once where that worker was on this host
-        baselines = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("role") == "baseline"]
+        baselines = [t for t in study.get_trials(deepcopy=False) if is_baseline(t)]
         running = [t for t in baselines if t.state == optuna.trial.TrialState.RUNNING]
         if not running:
             if not any(t.state == optuna.trial.TrialState.WAITING for t in baselines):

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autoresearch.ground.stages import FINALISTS, MINIMAL_GATE, MINIMIZE, REPORT, SEARCH, TASKS
+from autoresearch.ground.study import is_baseline
 from eval.decision import TaskPolicy
 from eval.sequential import SequentialDesign
 from eval.suites import SuiteSpec
@@ -133,7 +134,7 @@ def _stage_samples(trials: Sequence) -> dict[str, list[float]]:
                      and name in (t.user_attrs.get("stage_s") or {})]
         for t in trials:
             stages = t.user_attrs.get("stage_s") or {}
-            if t.user_attrs.get("role") == "baseline":
+            if is_baseline(t):
                 names = _BASELINE_STAGES if "relaunch" in stages else _BASELINE_STAGES_BEFORE_THE_SPLIT
                 out[name] += [stages[n] for n in names[name] if n in stages]
     return out
@@ -199,7 +200,7 @@ def _batch_gain(trials: Sequence, answered: list[dict]) -> str:
     """The batching gain the baseline's answers measured: their aggregate decode at the suite's concurrency (the
     answered tokens over the answering spans) over the baseline's batch-1 decode (its bench), said with the rates."""
     seconds, tokens = sum(a["seconds"] for a in answered), sum(a["tokens"] for a in answered)
-    batch1 = next((t.user_attrs["decode_tok_per_s"] for t in trials if t.user_attrs.get("role") == "baseline"
+    batch1 = next((t.user_attrs["decode_tok_per_s"] for t in trials if is_baseline(t)
                    and t.user_attrs.get("decode_tok_per_s")), None)
     if not seconds or not tokens or not batch1:
         return ""

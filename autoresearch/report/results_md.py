@@ -7,6 +7,7 @@ results store), draws the plot and renders autoresearch/report/RESULTS.md.jinja 
 from __future__ import annotations
 
 import functools
+import sys
 from pathlib import Path
 
 import jinja2
@@ -15,10 +16,11 @@ import optuna
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.outputs import plot_path
 from autoresearch.ground.plan import RunPlan
+from autoresearch.ground.study import load_stored_study
 from autoresearch.report.snapshot import StudySnapshot, changed_knobs, read_snapshot, with_plot
 from eval import EvalStore
 
-__all__ = ["changed_knobs", "render", "render_section", "write_report"]
+__all__ = ["changed_knobs", "regenerate_report", "render", "render_section", "write_report"]
 
 
 def _num(x: float | None, digits: int = 1) -> str:
@@ -101,3 +103,11 @@ def write_report(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalS
     tmp.write_text(render(snapshot))
     tmp.replace(plan.results_md)  # atomic: a killed loop never leaves half a report
     return plan.results_md
+
+
+def regenerate_report(plan: RunPlan) -> int:
+    """`python -m autoresearch report`: RESULTS.md of a stored study, written again."""
+    study = load_stored_study(plan)
+    path = write_report(plan, study, ResultsDB(plan.storage_url), EvalStore(plan.storage_url))
+    print(f"wrote {path}", file=sys.stderr)
+    return 0

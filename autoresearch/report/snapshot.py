@@ -29,7 +29,7 @@ from autoresearch.ground.errors import Unmeasured
 from autoresearch.ground.outcome import TrialOutcome
 from autoresearch.ground.plan import RunPlan
 from autoresearch.ground.ranked_by import ENERGY_RANKED, GEOMEAN, RANKED_BY, ranking_label
-from autoresearch.ground.study import feasible, tasks_pending
+from autoresearch.ground.study import baseline_trial, feasible, is_baseline, tasks_pending
 from autoresearch.measures.energy import EnergyReport, read_energy
 from autoresearch.measures.objectives import DECODE_RATE, PREFILL_RATE
 from autoresearch.measures.ranking import Ranking
@@ -247,7 +247,7 @@ def _gpu_of(details: dict) -> str:
 def _stopped(trials: list[optuna.trial.FrozenTrial], baseline) -> str | None:
     if baseline is not None:
         return None
-    failed = [t for t in trials if t.user_attrs.get("role") == "baseline"
+    failed = [t for t in trials if is_baseline(t)
               and TrialOutcome.of(t) not in (None, TrialOutcome.BASELINE, TrialOutcome.DUPLICATE)]
     return "; ".join(failed[-1].user_attrs.get("reasons", [])) if failed else None
 
@@ -274,7 +274,7 @@ def read_measured(study: optuna.Study, db: ResultsDB, study_name: str, base_cfg:
         headline = bench[-1].get("headline", {})
         keys += [k for k in headline if k not in keys and measured_column(k) is not None]
         fid = [r["payload"]["metrics"] for r in db.measurements(study=study_name, kind="fidelity", trial=t.number)]
-        outcome = TrialOutcome.BASELINE if t.user_attrs.get("role") == "baseline" else (TrialOutcome.of(t) or t.state.name)
+        outcome = TrialOutcome.BASELINE if is_baseline(t) else (TrialOutcome.of(t) or t.state.name)
         rows.append(MeasuredRow(trial=t.number, outcome=outcome, speeds=headline, fidelity=fid[-1] if fid else None,
                                 gpu=gpus.get(t.number, "-"), changes=changed_knobs(t.user_attrs.get("config", {}),
                                                                                    base_cfg)))
@@ -478,7 +478,7 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
     """Everything RESULTS.md shows of this study, read once."""
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
-    baseline = next((t for t in complete if t.user_attrs.get("role") == "baseline"), None)
+    baseline = baseline_trial(complete)
     base_cfg = baseline.user_attrs["config"] if baseline else {}
     base_vals = tuple(baseline.values) if baseline else (None, None)
 
@@ -503,7 +503,7 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
              and TrialOutcome.of(t) is not TrialOutcome.DEFERRED]  # its re-enqueued copy measured it
     rejected = [(t.number, TrialOutcome.of(t), "; ".join(t.user_attrs.get("reasons", []))[:300].replace("|", "/"),
                  changed_knobs(t.user_attrs.get("config", {}), base_cfg))
-                for t in trials if t.user_attrs.get("role") != "baseline"
+                for t in trials if not is_baseline(t)
                 and (outcome := TrialOutcome.of(t)) is not None and outcome.rejected]
     on_front = {r.trial for r in front}
     points = [Point(t.number, *speed, feasible(t), t.number in on_front, tasks_pending(t))

@@ -34,7 +34,7 @@ from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import BaselineFailed, Unmeasured
 from autoresearch.ground.outcome import TrialOutcome
 from autoresearch.ground.plan import RunPlan, worker_name
-from autoresearch.ground.study import CONSTRAINTS, baseline_trial_params
+from autoresearch.ground.study import CONSTRAINTS, baseline_trial_params, is_baseline
 from autoresearch.measures.baseline import (
     BaselineEvidence,
     measured_or_stop,
@@ -514,7 +514,7 @@ class TrialRunner:
     def _earlier_baseline(self, trial: optuna.Trial) -> int | None:
         live = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
         for other in trial.study.get_trials(deepcopy=False, states=live):
-            if other.number < trial.number and other.user_attrs.get("role") == "baseline":
+            if other.number < trial.number and is_baseline(other):
                 return other.number
         return None
 

@@ -23,11 +23,11 @@ import pytest
 
 from autoresearch.checks.task_tier import TaskTier, first_answers, first_walk
 from autoresearch.ground.errors import BaselineUnmeasured
-from eval.walks import expected_walk, quiet_walk
 from eval.decision import TaskPolicy
 from eval.dispatch import answer_in_order
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
 from eval.traces import TraceTail, summarize_episodes
+from eval.walks import expected_walk, quiet_walk
 
 SUITE = get_suite("offline")  # two tasksets of 600 planned tasks, 8 requests in flight
 POLICY = TaskPolicy()

@@ -17,7 +17,7 @@ from autoresearch.champion.minimal_gate import gate_minimal, gate_tabbyapi_subse
 from autoresearch.checks.judging import JUDGED
 from autoresearch.crown.finalists import confirm_finalists, feasible_front
 from autoresearch.ground.db import ResultsDB
-from autoresearch.ground.errors import BaselineFailed, ConfirmedElsewhere, PlanError
+from autoresearch.ground.errors import ConfirmedElsewhere, PlanError
 from autoresearch.ground.logs import log_to_file
 from autoresearch.ground.model_source import record_manifest
 from autoresearch.ground.outcome import TrialOutcome
@@ -202,7 +202,6 @@ class _Night:
     def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         self.progress.trial_finished(counted_trials(study), best_line(study))
         self.replan(replan_after(study, trial), measured=True)  # re-estimated after every trial
-        self.report()
         self.clock.save(study)
         if self.plan.trials is not None and counted_trials(study) >= self.plan.trials or not self.next_trial_fits():
             study.stop()
@@ -223,11 +222,15 @@ class _Night:
         searched = time.monotonic()
         try:
             study.optimize(self.runner, n_trials=None, callbacks=[self.after_trial], gc_after_trial=True)
-        except BaselineFailed:
-            self.report()  # it says why the study stopped
-            raise
-        finally:
+        except BaseException:  # stopped (Ctrl-C, a baseline that failed): the report says where the night stood
             self.clock.add(SEARCH, time.monotonic() - searched)
+            try:
+                self.report()
+            except Exception as exc:  # the stop's own error is the one to show
+                log.warning("RESULTS.md not written on the stop: %s", exc)
+            raise
+        self.clock.add(SEARCH, time.monotonic() - searched)
+        self.report()  # RESULTS.md at the end of each stage, not after each trial
 
     def finalists(self):
         """The finalists' stage; raises ConfirmedElsewhere as confirm_finalists does."""

@@ -11,5 +11,5 @@ FINALISTS = "confirming finalists"  # the finalists' and the baseline's fresh la
 TASKS = "tasks"  # one task-tier judgment (a candidate's stage, and each finalist's)
 MINIMIZE = "minimizing the champion"
 MINIMAL_GATE = "gating the minimal champion"
-REPORT = "report"  # RESULTS.md, written after every trial and stage
+REPORT = "report"  # RESULTS.md, written at the end of each stage
 AFTER_SEARCH = (FINALISTS, TASKS, MINIMIZE, MINIMAL_GATE, REPORT)  # in the order they run

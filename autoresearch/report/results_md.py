@@ -1,7 +1,9 @@
-"""RESULTS.md and its Pareto plot: a view of what results.db holds, regenerated after every trial.
+"""RESULTS.md and its Pareto plot: a view of what results.db holds, written at the end of each of the run's
+stages (the search, the finalists, the minimization, the night) and when the search is stopped; `python -m
+autoresearch report` writes it again from a stored study.
 
-`write_report` reads the study once (autoresearch.report.snapshot.read_snapshot: Optuna's trials and the
-results store), draws the plot and renders autoresearch/report/RESULTS.md.jinja from the snapshot.
+`write_report` reads the store once (autoresearch.report.snapshot.read_snapshot: a few queries, however many
+trials the study holds), draws the plot and renders autoresearch/report/RESULTS.md.jinja from the snapshot.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.outputs import plot_path
 from autoresearch.ground.plan import RunPlan
 from autoresearch.ground.study import load_stored_study
-from autoresearch.report.snapshot import StudySnapshot, changed_knobs, read_snapshot, with_plot
+from autoresearch.report.records import StudySnapshot, changed_knobs, with_plot
+from autoresearch.report.snapshot import read_snapshot
 from eval import EvalStore
 
 __all__ = ["changed_knobs", "regenerate_report", "render", "render_section", "write_report"]

@@ -105,7 +105,7 @@ def test_the_task_tier_reports_every_paired_test_with_its_power(tmp_path):
 
 
 def test_the_guard_states_what_each_taskset_can_detect_and_never_merges_or_accepts(tmp_path):
-    from autoresearch.report.snapshot import TasksetRow
+    from autoresearch.report.records import TasksetRow
     from eval import EvalStore, GatePolicy, TaskPolicy, compare_taskset, decide
     from tests.eval.test_guard import _paired
 

@@ -24,7 +24,7 @@ import optuna
 from optuna.storages._rdb import models
 
 from autoresearch.ground.outcome import TrialOutcome
-from autoresearch.ground.study import CONSTRAINTS
+from autoresearch.ground.study import CONSTRAINTS, OK, VIOLATED
 from autoresearch.measures.objectives import NOT_MEASURED
 
 __all__ = ["JUDGED", "PENDING", "record_task_verdict"]
@@ -32,7 +32,6 @@ __all__ = ["JUDGED", "PENDING", "record_task_verdict"]
 # a trial's `task_tier` attr
 PENDING = "pending"  # passed fidelity; judged by the finalists' stage only if it can become champion
 JUDGED = "judged"  # judged: inside its trial (--task-tier-scope every) or by the finalists' stage
-OK, VIOLATED = -1.0, 1.0
 
 
 def record_task_verdict(study: optuna.Study, number: int, *, passed: bool,

@@ -24,13 +24,14 @@ from autoresearch.ground.plan import OBJECTIVES, RunPlan, worker_gone, worker_na
 from autoresearch.ground.ranked_by import settle_ranked_by
 from search_space import SearchSpace, baseline_params
 
-__all__ = ["CONSTRAINTS", "COUNTED", "baseline_trial", "baseline_trial_params", "check_enqueued", "constraints_of", "fail_gone_workers", "feasible",
+__all__ = ["CONSTRAINTS", "COUNTED", "OK", "VIOLATED", "baseline_trial", "baseline_trial_params", "check_enqueued", "constraints_of", "fail_gone_workers", "feasible",
            "is_baseline", "load_stored_study", "model_is_hybrid", "open_study", "params_with", "retry_interrupted", "sampler_seed", "tasks_pending"]
 
 log = logging.getLogger(__name__)
 # Each <= 0 when satisfied. A trial sets them by name (Optuna's trial.set_constraint): the one record.
 CONSTRAINTS = ("fits", "launch_ok", "measured", "fidelity", "tasks")
 _SETTINGS = "settings"  # the study's RunPlan.measured_settings, as its first run stored them
+OK, VIOLATED = -1.0, 1.0  # a constraint satisfied, violated
 COUNTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)  # the states of a trial that ran
 
 

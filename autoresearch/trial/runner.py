@@ -11,8 +11,8 @@ slower than the gated front is PRUNED after its speed is stored, and so is a dup
 lowest-numbered trial of a configuration measures it). Programming errors propagate.
 
 The baseline trial is special: it is checked for feasibility like any trial, then runs the baseline
-protocol (`_baseline_evidence`: measured first; the fidelity reference and the suite's results; a
-second launch for the noise floors of speed and fidelity) and records its evidence
+protocol (autoresearch.trial.baseline_protocol: measured first; the fidelity reference and the suite's
+results; a second launch for the noise floors of speed and fidelity) and records its evidence
 (`autoresearch.measures.baseline`). A baseline that fails any stage records its reason like any trial and
 stops the study (BaselineFailed). Every candidate waits for its evidence and is judged against it. Server info and provenance come from
 `autoresearch.trial.provenance`, the memory model's calibration from `autoresearch.trial.memory`.
@@ -24,39 +24,32 @@ import contextlib
 import logging
 import time
 import warnings
-from dataclasses import dataclass, field
 
 import optuna
 
 from autoresearch.checks.drift import DriftWatch, conditions
 from autoresearch.checks.judging import JUDGED, PENDING, TierRunner
 from autoresearch.ground.db import ResultsDB
-from autoresearch.ground.errors import BaselineFailed, Unmeasured
+from autoresearch.ground.errors import Unmeasured
 from autoresearch.ground.outcome import TrialOutcome
 from autoresearch.ground.plan import RunPlan, worker_name
-from autoresearch.ground.study import CONSTRAINTS, baseline_trial_params, is_baseline
+from autoresearch.ground.study import CONSTRAINTS, OK, VIOLATED, is_baseline
 from autoresearch.measures.baseline import (
     BaselineEvidence,
-    measured_or_stop,
-    save_baseline,
-    stored_reference,
-    wait_for_baseline,
 )
-from autoresearch.measures.energy import record_energy
-from autoresearch.measures.objectives import NOT_MEASURED, objectives_from_bench
-from autoresearch.measures.ranking import RATES, REQUEST_SPEEDUP, objective_rates, save_request_mix
-from autoresearch.measures.request_time import RequestMix
+from autoresearch.measures.objectives import objectives_from_bench
 from autoresearch.night.progress import Progress
+from autoresearch.trial.baseline_protocol import BaselineProtocol
 from autoresearch.trial.memory import memory_calibration
 from autoresearch.trial.provenance import record_provenance, server_info
-from bench import BenchError, BenchResult, noise_floor
+from autoresearch.trial.record import TrialRecord, record_request_time
+from bench import BenchError, BenchResult
 from bench.metrics import Metric
 from eval import (
     EvalStore,
     SuiteOverrides,
     apply_overrides,
     build_probe_set,
-    capture_reference,
     gate_candidate,
     get_suite,
     measure_fidelity,
@@ -78,66 +71,10 @@ from serving.errors import LaunchError
 __all__ = ["CONSTRAINTS", "TrialRunner"]
 
 log = logging.getLogger(__name__)
-OK, VIOLATED = -1.0, 1.0
 DUPLICATE_POLL_S = 0.2  # how often a trial looks again at a lower-numbered one still choosing its configuration
 
 
-@dataclass
-class _Record:
-    """What a trial learned; written to user_attrs and constraints once, when the trial ends (`close`).
-
-    Only what was measured is recorded: a duplicate records no constraint, a trial stopped at the
-    fidelity gate none for the tasks it never ran (`study.feasible` wants every one, satisfied)."""
-
-    trial: optuna.Trial
-    constraints: dict[str, float] = field(default_factory=dict)
-    reasons: list[str] = field(default_factory=list)
-    outcome: TrialOutcome | None = None  # set by the stage that ends the trial
-    stage_s: dict[str, float] = field(default_factory=dict)  # seconds per stage: the night plan's measured rates
-    _current: tuple[str, float] | None = None
-
-    def stage(self, name: str) -> None:
-        self._time_stage()
-        self._current = (name, time.monotonic())
-        self.trial.set_user_attr("stage", name)
-
-    def _time_stage(self) -> None:
-        if self._current is not None:
-            name, started = self._current
-            self.stage_s[name] = self.stage_s.get(name, 0.0) + time.monotonic() - started
-            self.trial.set_user_attr("stage_s", {k: round(v, 3) for k, v in self.stage_s.items()})
-            self._current = None
-
-    def fail(self, constraint: str, reason: str) -> None:
-        self.constraints[constraint] = VIOLATED
-        self.reasons.append(reason)
-
-    def end(self, outcome: TrialOutcome, values: tuple[float, float] = NOT_MEASURED) -> tuple[float, float]:
-        self.outcome = outcome
-        return values
-
-    def close(self) -> None:
-        """The trial's one record of how it ended; a trial that ended in no outcome (an error) writes none."""
-        self._time_stage()
-        if self.outcome is None:
-            return
-        for key, value in self.constraints.items():
-            self.trial.set_constraint(key, value)
-        # The one record: study.constraints_of lists these for TPE, and Optuna stores that list as the
-        # system attr "constraints", the one optuna-dashboard 0.21 draws (not a user attr).
-        self.trial.set_user_attr("outcome", self.outcome.value)
-        self.trial.set_user_attr("reasons", self.reasons)
-
-
-def _record_request_time(trial: optuna.Trial, result: BenchResult, baseline: BenchResult) -> None:
-    """The trial's rates and its request-time speed-up over the baseline's search launch (the dashboard's number)."""
-    rates = objective_rates(result)
-    trial.set_user_attr(RATES, rates)
-    trial.set_user_attr(REQUEST_SPEEDUP, RequestMix.from_bench(baseline).speedup(objective_rates(baseline), rates))
-    record_energy(trial, result, RequestMix.from_bench(baseline))
-
-
-class TrialRunner:
+class TrialRunner(BaselineProtocol):
     """The Optuna objective. One per loop process; holds the run's shared state."""
 
     def __init__(self, plan: RunPlan, space: SearchSpace, db: ResultsDB, store: EvalStore, progress: Progress):
@@ -171,7 +108,7 @@ class TrialRunner:
         trial.set_user_attr("config", config.to_dict())
         trial.set_user_attr("config_digest", config.digest)  # before looking for duplicates: see _original_of
         self.progress.trial_started(trial.number, role, config.digest)
-        record = _Record(trial)
+        record = TrialRecord(trial)
         try:
             if role == "baseline":
                 return self._baseline(trial, config, record)
@@ -179,13 +116,13 @@ class TrialRunner:
         finally:
             record.close()  # the one place a trial's outcome is written
 
-    def _duplicate(self, trial: optuna.Trial, record: _Record, original: int, reason: str) -> None:
+    def _duplicate(self, trial: optuna.Trial, record: TrialRecord, original: int, reason: str) -> None:
         trial.set_user_attr("duplicate_of", original)
         record.reasons.append(reason)
         record.end(TrialOutcome.DUPLICATE)
         raise optuna.TrialPruned(f"duplicate of trial {original}")
 
-    def _candidate(self, trial: optuna.Trial, config: ServingConfig, record: _Record) -> tuple[float, float]:
+    def _candidate(self, trial: optuna.Trial, config: ServingConfig, record: TrialRecord) -> tuple[float, float]:
         original = self._original_of(trial, config.digest)
         if original is not None:
             self._duplicate(trial, record, original, f"same configuration as trial {original}")
@@ -215,7 +152,7 @@ class TrialRunner:
                 record.constraints["measured"] = OK
                 trial.set_user_attr("decode_tok_per_s", decode)
                 trial.set_user_attr("prefill_tok_per_s", prefill)
-                _record_request_time(trial, result, baseline.bench)
+                record_request_time(trial, result, baseline.bench)
                 better, drift_note = self.drift.dominated_by(trial, (decode, prefill),
                                                              margin_rel=self._dominance_margin(baseline))
                 if drift_note:
@@ -246,7 +183,7 @@ class TrialRunner:
         except LaunchError as exc:
             return self._launch_failed(trial, config, record, exc)
 
-    def _task_tier(self, trial, config: ServingConfig, record: _Record, gate, values: tuple[float, float], *,
+    def _task_tier(self, trial, config: ServingConfig, record: TrialRecord, gate, values: tuple[float, float], *,
                    server, stop_server, baseline: BaselineEvidence, fidelity) -> tuple[float, float]:
         """After fidelity passed: the task tier in this trial (--task-tier-scope every), pending for the
         finalists' stage (finalists), or none (--suite none)."""
@@ -298,7 +235,7 @@ class TrialRunner:
                               policy=self.plan.gate_policy, floor=baseline.fidelity_floor, candidate_fidelity=fidelity,
                               tiers_follow=tiers_follow)
 
-    def _launch_failed(self, trial, config: ServingConfig, record: _Record, exc: LaunchError) -> tuple[float, float]:
+    def _launch_failed(self, trial, config: ServingConfig, record: TrialRecord, exc: LaunchError) -> tuple[float, float]:
         record.fail("launch_ok", f"{exc.reason}: {exc}")
         trial.set_user_attr("failure", exc.reason)
         trial.set_user_attr("log_tail", exc.log_tail[-3000:])
@@ -306,7 +243,7 @@ class TrialRunner:
                                                  "log_tail": exc.log_tail[-3000:]})
         return record.end(TrialOutcome(exc.reason))
 
-    def _gated(self, trial, config, record: _Record, gate, decode: float, prefill: float, *,
+    def _gated(self, trial, config, record: TrialRecord, gate, decode: float, prefill: float, *,
                tasks_pending: bool = False) -> tuple[float, float]:
         """The gate's verdict as the trial's record. Passed with `tasks_pending`: no `tasks` constraint and an
         outcome of its own until the finalists' stage judges it (autoresearch.checks.verdicts). Rejected: NOT_MEASURED
@@ -335,112 +272,9 @@ class TrialRunner:
         worst = max((v for k, v in (floor.rel_diff if floor else ()) if Metric.parse(k).client_timed), default=0.0)
         return max(self.plan.dominated_margin_rel, 2.0 * worst)
 
-    # ---- the baseline (its evidence: autoresearch.measures.baseline) ----
-
-    def _baseline(self, trial: optuna.Trial, config: ServingConfig, record: _Record) -> tuple[float, float]:
-        """The baseline protocol; a baseline that fails in any stage ends its trial with the reason and
-        stops the study (BaselineFailed): nothing can be judged against it."""
-        first = self._earlier_baseline(trial)
-        if first is not None:  # two workers starting together both enqueue one
-            self._duplicate(trial, record, first, f"trial {first} is already the baseline")
-        label = f"{self.plan.study_name}:baseline"
-        self._stage(record, "feasibility")
-        if not self._fits(trial, config, record):
-            record.end(TrialOutcome.INFEASIBLE)
-            raise BaselineFailed("the baseline cannot run: " + "; ".join(record.reasons), constraint="fits",
-                                 outcome=TrialOutcome.INFEASIBLE)
-        record.constraints["fits"] = OK
-        self._stage(record, "launch")
-        try:
-            evidence = self._baseline_evidence(trial, config, record, label)
-        except BaselineFailed as exc:
-            record.fail(exc.constraint, str(exc))
-            record.end(TrialOutcome(exc.outcome))
-            raise
-        except LaunchError as exc:
-            self._launch_failed(trial, config, record, exc)
-            raise BaselineFailed(f"the baseline could not be launched: {exc.reason}: {exc}", constraint="launch_ok",
-                                 outcome=TrialOutcome(exc.reason)) from exc
-        except EvalError as exc:  # the reference, the noise floor or the suite could not be run on it
-            stage = trial.user_attrs.get("stage", "?")
-            constraint = "tasks" if stage == "tasks" else "fidelity"
-            record.fail(constraint, f"the baseline's {stage} stage failed: {type(exc).__name__}: {exc}")
-            record.end(TrialOutcome.EVAL_ERROR)
-            raise BaselineFailed(record.reasons[-1], constraint=constraint, outcome=TrialOutcome.EVAL_ERROR) from exc
-        bench, floor = evidence.bench, evidence.fidelity_floor
-        trial.set_user_attr(RATES, objective_rates(bench))
-        trial.set_user_attr(REQUEST_SPEEDUP, 1.0)
-        record_energy(trial, bench, RequestMix.from_bench(bench))
-        save_request_mix(trial.study, RequestMix.from_bench(bench))  # before the evidence: candidates wait on that
-        save_baseline(trial.study, evidence)
-        self._measure(trial, config, "fidelity", {"measurement_id": floor.measurement_id, "metrics": floor.metrics,
-                                                  "role": "noise_floor"})
-        record.constraints.update(fidelity=OK, tasks=OK)
-        return record.end(TrialOutcome.BASELINE, objectives_from_bench(bench))
-
-    def _baseline_evidence(self, trial: optuna.Trial, config: ServingConfig, record: _Record,
-                           label: str) -> BaselineEvidence:
-        """What every candidate is judged against, measured in two launches of the baseline's configuration.
-
-        - launch 0: speed first (a baseline that cannot be measured stops the study: BaselineUnmeasured, as
-          it does where its second launch cannot be measured), then the fidelity reference (the stored one
-          for this model and probe set, else captured here), then the baseline's first answers on the task
-          suite (autoresearch.checks.task_tier: the fewest tasks any walk needs; the rest is answered lazily, as far
-          as candidates' walks need it; first answers with failed episodes are answered once more, and
-          answers that still cannot be the reference stop the study);
-        - launch 1, a fresh process of the same configuration: speed again, then the fidelity noise floor.
-          Bench comes first in both launches, as in every candidate's: a server warmed by the fidelity
-          probes decoded 27% faster at 1K on the real 0.5B, and that order effect became "noise".
-
-        `python -m autoresearch sweep` runs the same protocol without its speed and task stages.
-        """
-        reference = stored_reference(self.store, self.plan.model.manifest_hash, self.probe_set)
-        suite = None
-        with self._server(trial, config, launch=0) as server:
-            self._stage(record, "bench")  # first: a baseline that cannot be measured stops the study at once
-            bench = self._baseline_bench(trial, config, record, server, launch=0)
-            self._stage(record, "reference")
-            if reference is None:
-                reference = capture_reference(server.url, self.probe_set, store=self.store, label=label,
-                                              model_manifest_hash=self.plan.model.manifest_hash, replace=False)
-            if self.tier is not None:
-                self._stage(record, "tasks")
-                suite = self.tier.baseline_first(server, label=label, trial=trial.number, config_digest=config.digest)
-        self._stage(record, "relaunch")  # timed apart from the floor: the plan's launch and fidelity rates
-        with self._server(trial, config, launch=1) as server:
-            self._stage(record, "bench again")
-            second = self._baseline_bench(trial, config, record, server, launch=1)  # bench first, as in launch 0
-            self._stage(record, "noise floor")
-            floor = measure_fidelity(server.url, reference, store=self.store, role="noise_floor", label=label + "#2")
-        return BaselineEvidence(label=label, reference=reference, fidelity_floor=floor, suite=suite, bench=bench,
-                                speed_floor=noise_floor(bench.samples(), second.samples()), trial_number=trial.number,
-                                energy_floor=noise_floor(bench.energy_samples(), second.energy_samples()))
-
-    def _baseline_bench(self, trial: optuna.Trial, config: ServingConfig, record: _Record, server,
-                        launch: int) -> BenchResult:
-        """The baseline's speed in this launch, or BaselineUnmeasured (measured_or_stop)."""
-        record.constraints["launch_ok"] = OK
-
-        def bench_and_objectives() -> tuple[float, float, BenchResult]:
-            bench = self._bench(trial, config, server, launch=launch)
-            return (*objectives_from_bench(bench), bench)
-
-        decode, prefill, bench = measured_or_stop(bench_and_objectives, launch=launch,
-                                                  server_failure=lambda: self._server_failure(server))
-        record.constraints["measured"] = OK
-        if launch == 0:
-            trial.set_user_attr("decode_tok_per_s", decode)
-            trial.set_user_attr("prefill_tok_per_s", prefill)
-        return bench
-
-    def _wait_for_baseline(self, trial: optuna.Trial) -> BaselineEvidence:
-        return wait_for_baseline(trial, store=self.store, db=self.db, study_name=self.plan.study_name,
-                                 baseline_params=lambda: baseline_trial_params(self.plan, self.space),
-                                 grace_s=self.plan.grace_s)
-
     # ---- stages ----
 
-    def _stage(self, record: _Record, name: str) -> None:
+    def _stage(self, record: TrialRecord, name: str) -> None:
         record.stage(name)
         self.progress.stage(name)
 
@@ -448,7 +282,7 @@ class TrialRunner:
         trial.set_user_attr("stage", name)
         self.progress.stage(name)
 
-    def _fits(self, trial: optuna.Trial, config: ServingConfig, record: _Record) -> bool:
+    def _fits(self, trial: optuna.Trial, config: ServingConfig, record: TrialRecord) -> bool:
         cache_tokens, needed = getattr(config.args, "cache_tokens", None), self.plan.bench_plan.context_tokens_needed
         if isinstance(cache_tokens, int) and cache_tokens < needed:  # bench would refuse it after a launch
             record.fail("fits", f"a {cache_tokens}-token cache cannot hold bench's longest request ({needed} tokens; "

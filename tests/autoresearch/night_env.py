@@ -30,6 +30,7 @@ from autoresearch import loop
 from autoresearch.champion import minimal_gate as minimal_gate_module
 from autoresearch.ground.plan import DriftPolicy, RunPlan, default_bench_plan, default_probe_config
 from autoresearch.ground.study import baseline_trial_params
+from autoresearch.trial import baseline_protocol
 from autoresearch.trial import runner as trial_module
 from eval import EvalStore
 from eval.errors import MissingReference
@@ -142,8 +143,9 @@ class NightEnv:
             return stored_measurement(store, reference, role=role, label=label)
 
         passed = SimpleNamespace(decision=SimpleNamespace(passed=True, failed_stage=None, reasons=[]), decision_id=None)
-        monkeypatch.setattr(trial_module, "capture_reference", capture)
-        monkeypatch.setattr(trial_module, "measure_fidelity", fidelity)
+        monkeypatch.setattr(baseline_protocol, "capture_reference", capture)
+        for module in (trial_module, baseline_protocol):
+            monkeypatch.setattr(module, "measure_fidelity", fidelity)
         monkeypatch.setattr(trial_module, "gate_candidate", lambda *a, **kw: passed)
         monkeypatch.setattr(minimal_gate_module, "measure_fidelity", fidelity)
         monkeypatch.setattr(minimal_gate_module, "gate_candidate", lambda *a, **kw: passed)

@@ -15,6 +15,7 @@ import pytest
 
 import autoresearch.trial.runner as trial_module
 from autoresearch.checks.judging import TierRunner
+from autoresearch.trial import baseline_protocol
 from eval.errors import TasksetRunError
 from eval.fidelity import load_fidelity_measurement
 from eval.records import FidelityMetrics
@@ -35,7 +36,8 @@ def _lossless_fidelity(monkeypatch) -> None:
                                      per_probe=[{"probe_id": "p0"}], elapsed_s=0.5, server={})
         return load_fidelity_measurement(store, mid)
 
-    monkeypatch.setattr(trial_module, "measure_fidelity", measure)
+    for module in (trial_module, baseline_protocol):
+        monkeypatch.setattr(module, "measure_fidelity", measure)
 
 
 class _Tier:

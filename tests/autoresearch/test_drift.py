@@ -42,6 +42,7 @@ from autoresearch.ground.study import CONSTRAINTS, open_study
 from autoresearch.measures.baseline import save_baseline
 from autoresearch.night.progress import Progress
 from autoresearch.report.results_md import render_section
+from autoresearch.trial import baseline_protocol
 from autoresearch.trial import runner as trial_module
 from autoresearch.trial.runner import TrialRunner
 from bench import NoiseFloor, noise_floor
@@ -93,8 +94,8 @@ def _install(m: ScriptedMachine, monkeypatch) -> ScriptedMachine:
     monkeypatch.setattr("autoresearch.ground.plan.run_bench", m.run_bench)  # every RunPlan.fresh_bench
     monkeypatch.setattr(trial_module, "server_info", lambda url: None)  # the double has no /v1/server_info
     # the gate after the dominance check: stand-ins that pass (the fidelity gate has its own tests)
-    monkeypatch.setattr(trial_module, "measure_fidelity",
-                        lambda *a, **kw: SimpleNamespace(measurement_id=1, metrics={}))
+    for module in (trial_module, baseline_protocol):
+        monkeypatch.setattr(module, "measure_fidelity", lambda *a, **kw: SimpleNamespace(measurement_id=1, metrics={}))
     monkeypatch.setattr(trial_module, "gate_candidate", lambda *a, **kw: SimpleNamespace(
         decision=SimpleNamespace(passed=True, failed_stage=None, reasons=[]), decision_id=1))
     return m
@@ -152,7 +153,7 @@ def _study_after_baseline(plan, machine, monkeypatch):
     study = open_study(plan, space)
     db = ResultsDB(plan.storage_url)
     evidence = _baseline_measured(study, plan, space, db, machine)
-    monkeypatch.setattr(trial_module, "wait_for_baseline", lambda trial, **kw: evidence)
+    monkeypatch.setattr(baseline_protocol, "wait_for_baseline", lambda trial, **kw: evidence)
     runner = TrialRunner(plan, space, db, EvalStore(plan.storage_url),
                          Progress(study=plan.study_name, trials=20, hours=None, live=False))
     return study, db, runner

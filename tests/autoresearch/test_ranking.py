@@ -130,12 +130,12 @@ def test_a_trial_without_stored_rates_is_left_out_of_the_ranking_not_given_a_num
 
 
 def test_a_measured_trial_stores_its_rates_and_request_time_speed_up_for_the_dashboard():
-    from autoresearch.trial.runner import _record_request_time
+    from autoresearch.trial.record import record_request_time
 
     base = _result({8192: [1000.0] * 3}, {(1024, "math"): [40.0] * 3})  # answers unknown: the plan's 10 tokens
     faster = _result({8192: [2000.0] * 3}, {(1024, "math"): [44.0] * 3})
     trial = optuna.trial.FixedTrial({})
-    _record_request_time(trial, faster, base)
+    record_request_time(trial, faster, base)
     assert trial.user_attrs[RATES] == pytest.approx(_rates(DECODE_1_1X) | {"prefill_tok_per_s_server@8192": 2000.0})
     prompt, answer = 1000.0, 10.0  # the decode point's prompt, and the assumed answer
     expected = (prompt / 1000.0 + answer / 40.0) / (prompt / 2000.0 + answer / 44.0)

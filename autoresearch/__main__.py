@@ -11,6 +11,7 @@ Usage:
     python -m autoresearch sweep --model DIR --baseline B.json --candidate NAME=C.json ... --db URL
                            # fidelity only: the baseline protocol, then each candidate in a fresh launch
     python -m autoresearch workload --suite offline --out workload.json   # the suite's tasks for bench --workload
+Each command's own flags: python -m autoresearch COMMAND --help (the parser: autoresearch.cli).
 
 Exit status: 0 done, 1 the run failed (plan: the night cannot make its claim), 2 usage or storage error,
 130 interrupted (Ctrl-C).
@@ -28,119 +29,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from autoresearch.cli import parse_args
 from autoresearch.ground.errors import PlanError, StorageError
 from autoresearch.ground.logs import setup_logging
-from autoresearch.night_plan import add_rate_arguments
-from eval.policy_args import add_task_policy_arguments, task_policy_from_args
+from eval.policy_args import task_policy_from_args
 from tuner_errors import TunerError
 
 log = logging.getLogger("autoresearch")
-DEFAULT_STORAGE = "sqlite:///results.db"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m autoresearch", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", nargs="?", default="run", choices=["run", "export", "report", "plan", "sweep"],
-                        help="run (default), export, report, plan; sweep has options of its own: "
-                        "`python -m autoresearch sweep --help`")
-    parser.add_argument("--model", help="model folder, or a Hub id with revision (org/repo@rev); "
-                        "absent: the embedded tiny synthetic model on the CPU engine")
-    parser.add_argument("--draft-model", help="a draft checkpoint of the same vocabulary (a small causal LM, or a "
-                        "DFlash drafter; exllamav3 decides which): the study may then draft with it")
-    parser.add_argument("--suite", help="task suite: offline, smoke, broad, quick, full, or none (gate on fidelity "
-                        "only) (default: offline for the embedded default, broad with --model, whose task tier is "
-                        "a guard)")
-    parser.add_argument("--enqueue", action="append", default=[], metavar="KNOB=VALUE[,KNOB=VALUE]",
-                        help="try this change of the baseline early (repeatable), e.g. --enqueue max_chunk_size=4096")
-    parser.add_argument("--no-levers", action="store_true",
-                        help="do not enqueue the catalog's levers (each drafting mode the checkpoint allows, each "
-                        "prefill chunk size: one change each, after the baseline and --enqueue) before the sampler")
-    parser.add_argument("--baseline", metavar="KNOB=VALUE[,KNOB=VALUE]",
-                        help="judge candidates against the defaults with these changes, e.g. EXL3_INT8_GEMV=0 "
-                        "(exact GEMV as the reference, so the gate decides whether int8 GEMV keeps fidelity)")
-    parser.add_argument("--engine", choices=["exllamav3", "transformers"],
-                        help="default: the checkpoint's, as `python -m search_space` picks it (exllamav3 for an EXL3 "
-                        "folder, else transformers)")
-    parser.add_argument("--trials", type=int, help="total trials in the study, baseline included (embedded default: 6)")
-    parser.add_argument("--hours", type=float, help="stop starting trials after this many hours")
-    parser.add_argument("--vram", help="VRAM budget, e.g. 24GiB (an RTX 3090); default: the GPU's memory")
-    parser.add_argument("--emulate-vram", action="store_true",
-                        help="also cap each server's GPU memory at --vram (emulate a 3090 on a larger GPU)")
-    parser.add_argument("--host-memory-limit", help="cap each server's memory (data segment), e.g. 2GiB: "
-                        "emulate a smaller machine for the CPU engine; a server over it fails as out of memory")
-    parser.add_argument("--study", help="study name (default: from suite, engine and model manifest)")
-    parser.add_argument("--storage", default=DEFAULT_STORAGE,
-                        help="Optuna/results storage URL: sqlite:///results.db or postgresql://... (shared by workers)")
-    parser.add_argument("--results-md", type=Path, help="the report (default: RESULTS.md; report: beside --storage's "
-                        "SQLite database, so a committed study's never lands on yours)")
-    parser.add_argument("--workdir", type=Path, default=Path("runs"), help="server logs, configs, suite runs")
-    parser.add_argument("--port", type=int, default=0, help="pin the servers' port (default 0: a free port per launch)")
-    parser.add_argument("--pin", action="append", default=[], metavar="KNOB=VALUE",
-                        help="hold a knob fixed (JSON value), e.g. --pin cache_tokens=32768")
-    parser.add_argument("--suite-limit", type=int, help="tasks per taskset (shrink a suite)")
-    parser.add_argument("--suite-max-tokens", type=int, help="max output tokens per call in every taskset")
-    parser.add_argument("--suite-tasksets", help="run only these tasksets of the suite, comma-separated")
-    parser.add_argument("--suite-concurrency", type=int, help="task requests in flight (default: the suite's)")
-    parser.add_argument("--suite-runtime", choices=("docker", "subprocess"),
-                        help="where the suite's harness runs (default: the suite's; docker for the Prime suites, "
-                        "whose tasksets declare network policies only a container enforces; subprocess runs on "
-                        "this host, for tasksets that declare none, e.g. the CPU stand-ins)")
-    add_task_policy_arguments(parser)
-    add_rate_arguments(parser)
-    parser.add_argument("--bench-prefill", help="prefill ladder, token counts, e.g. 8192 (default: 8192 on GPU)")
-    parser.add_argument("--bench-decode", help="decode contexts, e.g. 1024,8192 (default on GPU)")
-    parser.add_argument("--bench-workload", default=None, metavar="suite|corpus|FILE",
-                        help="what decode is measured on: the suite's own tasks, one decode point per taskset, "
-                        "weighted as the suite weights them (default when a suite runs); bench's math corpus "
-                        "(default with --suite none); or a bench workload JSON file")
-    parser.add_argument("--bench-decode-tokens", type=int, help="tokens per decode run (default 128 on GPU)")
-    parser.add_argument("--bench-decode-until", choices=("length", "eos"),
-                        help="eos (default; a resumed study keeps its own): the model's own answers, up to "
-                        "--bench-decode-tokens; length: every run exactly that many, past the answer (text there "
-                        "flatters drafting)")
-    parser.add_argument("--bench-max-repeats", type=int, help="measured runs per point at most (default 6 on GPU)")
-    parser.add_argument("--min-floor-top1-disagreement", type=float,
-                        help="gate: the top-1 disagreement floor assumed when the measured one is smaller "
-                        "(default 0.002; limit = 3 x max(floor, this))")
-    parser.add_argument("--min-floor-kl-mean", type=float, help="gate: the KL-mean floor, nats (default 1e-4)")
-    parser.add_argument("--min-floor-kl-p99", type=float, help="gate: the KL 99th-percentile floor, nats (default 1e-3)")
-    parser.add_argument("--finalists", type=int, default=2)
-    parser.add_argument("--rank-by", choices=("time", "energy"), default="time",
-                        help="what ranks best so far, the finalists and the champion: request time on the workload "
-                             "(default), or energy per request under the GPU's own power limit (never changed; --minimize, "
-                             "which keeps request time, is then off)")
-    parser.add_argument("--finalist-launches", type=int, default=2)
-    parser.add_argument("--minimize", action=argparse.BooleanOptionalAction, default=None,
-                        help="after the champion is confirmed, remove its changes one at a time (cheapest first) "
-                        "while it stays as fast on request time; export writes that minimal champion "
-                        "(default: on with --model, off for the embedded default)")
-    parser.add_argument("--minimize-launches", type=int, default=2,
-                        help="fresh launches of each configuration per minimization round (default 2); with n "
-                        "changes it makes at most L x (5n + 1) launches")
-    parser.add_argument("--minimize-max-launches", type=int, help="stop the minimization after this many launches")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--heartbeat", type=int, default=10,
-                        help="shared studies: seconds between a worker's heartbeats, for its trial and its claim "
-                        "to confirm the finalists (default 10)")
-    parser.add_argument("--grace", type=int, default=60,
-                        help="shared studies: seconds without a heartbeat after which another worker, on any host, "
-                        "retries the trial or takes over the claim (default 60; well above the hosts' clock skew)")
-    parser.add_argument("--drift-every-trials", type=int, default=5, metavar="K",
-                        help="re-measure the baseline in a fresh launch after every K trials (0: not by count)")
-    parser.add_argument("--drift-every-minutes", type=float, default=30.0, metavar="T",
-                        help="... and after every T minutes (0: not by time); README: what the drift check costs")
-    parser.add_argument("--no-drift-check", action="store_true",
-                        help="never re-measure the baseline; prune on raw speeds against its first reading")
-    parser.add_argument("--out", type=Path, help="export: where to write it (default: champion.json for --format serving, "
-                        "the folder tabbyapi-export for --format tabbyapi; git ignores both)")
-    parser.add_argument("--format", choices=("serving", "tabbyapi"), default="serving",
-                        help="export: this project's serving config (default), or TabbyAPI's config.yml + exl3.env, "
-                        "with the settings TabbyAPI cannot express and their measured cost in NOT-EXPRESSED.md")
-    parser.add_argument("--full-champion", action="store_true",
-                        help="export the confirmed champion even when a minimal champion passed the gate")
-    parser.add_argument("-v", "--verbose", action="store_true")
-    return parser
 
 
 def make_plan(args: argparse.Namespace):
@@ -394,10 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         workload_args = workload.build_parser().parse_args(argv[1:])
         setup_logging(workload_args.verbose)
         return workload.command(workload_args)
-    args = build_parser().parse_args(argv)
-    if args.command == "sweep":
-        print("error: write `sweep` first: python -m autoresearch sweep --help", file=sys.stderr)
-        return 2
+    args = parse_args(argv)
     setup_logging(args.verbose)
     try:
         return _command(args)
@@ -428,8 +320,8 @@ def _command(args: argparse.Namespace) -> int:
 
 def _plan_command(args: argparse.Namespace) -> int:
     """The night plan from a stored study or stated rates: no model, no GPU needed."""
-    from autoresearch.ground.stored_study import stored_study
     from autoresearch.night_plan import plan_command
+    from autoresearch.ground.stored_study import stored_study
 
     stored = stored_study(args.storage, args.study) if args.study else None
     suite = args.suite or (stored or {}).get("suite") or "offline"

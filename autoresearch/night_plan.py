@@ -182,7 +182,7 @@ def _champion_changes(study: optuna.Study) -> int:
     from serving.config import ServingConfig
 
     baseline = baseline_trial(study)
-    if baseline is None or not feasible_front(study):
+    if baseline is None or not feasible_front(study, with_pending=True):
         return ASSUMED_CHANGES
     best = select_finalists(study, Ranking.of(study), baseline, 1)
     if not best:

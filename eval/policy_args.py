@@ -71,7 +71,8 @@ def add_probe_arguments(p: argparse.ArgumentParser) -> None:
         default=(8192, 32768),
         help="comma-separated target prompt sizes of the long-context probes (e.g. 8192,32768)",
     )
-    p.add_argument("--long-continuation-tokens", type=_positive_int, default=32)
+    p.add_argument("--long-continuation-tokens", type=_positive_int, default=32,
+                   help="greedy tokens after each long-context probe's prompt (default 32)")
     p.add_argument("--top-k", type=_positive_int, default=20, help="logprobs per position (server max 20)")
 
 
@@ -89,9 +90,12 @@ def probe_set_from_args(args: argparse.Namespace) -> ProbeSet:
 def add_gate_policy_arguments(p: argparse.ArgumentParser) -> None:
     """The fidelity gate's flags and the task tier's (`gate_policy_from_args` reads them)."""
     p.add_argument("--noise-factor", type=float, default=3.0, help="limit = factor x max(floor, min floor)")
-    p.add_argument("--min-floor-kl-mean", type=float, default=1e-4)
-    p.add_argument("--min-floor-kl-p99", type=float, default=1e-3)
-    p.add_argument("--min-floor-top1-disagreement", type=float, default=2e-3)
+    p.add_argument("--min-floor-kl-mean", type=float, default=1e-4,
+                   help="the KL-mean floor assumed when the measured one is smaller, nats (default 1e-4)")
+    p.add_argument("--min-floor-kl-p99", type=float, default=1e-3,
+                   help="the KL 99th-percentile floor assumed when the measured one is smaller, nats (default 1e-3)")
+    p.add_argument("--min-floor-top1-disagreement", type=float, default=2e-3,
+                   help="the top-1 disagreement floor assumed when the measured one is smaller (default 0.002)")
     add_task_policy_arguments(p)
 
 

@@ -30,7 +30,7 @@ from openai_client import Endpoint  # the project's one Endpoint: its repr never
 if TYPE_CHECKING:  # the Prime suites' pins; the offline suites need none
     from eval.prime import Locks
 
-__all__ = ["API_KEY_VAR", "TasksetLaunch", "build_launch", "nest_knobs"]
+__all__ = ["API_KEY_VAR", "TasksetLaunch", "build_launch", "harness_path", "nest_knobs"]
 
 API_KEY_VAR = "EVAL_API_KEY"  # the worker's variable for the server key; never written to a config
 
@@ -120,6 +120,14 @@ def _eval_config(
     }
 
 
+def harness_path() -> str:
+    """The PATH a taskset's worker runs with: this interpreter's folder first, then the caller's PATH.
+
+    Why: the stock `null` harness needs uv, which the eval extra installs beside this interpreter
+    (`.venv/bin`), where a shell that never activated the venv does not look."""
+    return os.pathsep.join(p for p in (str(Path(sys.executable).parent), os.environ.get("PATH")) if p)
+
+
 def build_launch(
     suite: SuiteSpec,
     spec: TasksetSpec,
@@ -159,8 +167,7 @@ def build_launch(
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "HF_DATASETS_CACHE": str(work / ".dataset-cache"),  # fresh derived Arrow cache per run
         API_KEY_VAR: endpoint.api_key or "EMPTY",
-        # The stock `null` harness needs uv: the eval extra installs it beside this interpreter.
-        "PATH": os.pathsep.join(p for p in (str(Path(sys.executable).parent), os.environ.get("PATH")) if p),
+        "PATH": harness_path(),
         # The worker may run from a data directory: keep this checkout importable.
         "PYTHONPATH": os.pathsep.join(
             p for p in (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p

@@ -1,4 +1,4 @@
-"""The imports between the project's packages follow the data flow (README, "Architecture").
+"""The imports between the project's packages follow the data flow (docs/architecture.md).
 
 The rule, read from the source with `ast` (imports inside functions count too):
 

@@ -15,7 +15,7 @@ out=${OUT:-/tmp/out}; mkdir -p "$out"
 state=/tmp/night-study; mkdir -p "$state"
 started=$(date +%s)
 timeout -s INT "${STUDY_SECONDS:-560}" python -m autoresearch --suite offline --model /tmp/real-model/exl3-4.0 \
-  --hours 0.25 --vram 24GiB --pin cache_tokens=32768 --grace 20 \
+  --hours 0.25 --vram 24GiB --emulate-vram --pin cache_tokens=32768 --grace 20 \
   --storage "sqlite:///$state/results.db" --results-md "$state/RESULTS.md" --workdir /tmp/night-runs "$@" \
   >>"$state/study.log" 2>&1
 code=$?

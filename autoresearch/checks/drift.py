@@ -45,7 +45,7 @@ import optuna
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import Unmeasured
 from autoresearch.ground.plan import DriftPolicy, RunPlan
-from autoresearch.ground.study import COUNTED, baseline_trial, feasible, is_baseline
+from autoresearch.ground.study import COUNTED, baseline_trial, is_baseline, passed_so_far
 from autoresearch.measures.baseline import stored_speed_floor
 from autoresearch.measures.objectives import DECODE_RATE, PREFILL_RATE, dominated_by, objectives_from_bench
 from bench import BenchError, BenchResult, NoiseFloor, mark_stalls
@@ -300,7 +300,7 @@ def relative_dominator(study: optuna.Study, values: tuple[float, float], referen
     first = next(r for r in readings if r.measured)
     mine = (values[0] / reference.decode, values[1] / reference.prefill)
     for other in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if not feasible(other) or other.values is None or not all(math.isfinite(v) for v in other.values):
+        if not passed_so_far(other) or other.values is None or not all(math.isfinite(v) for v in other.values):
             continue
         if (other.user_attrs.get("drift") or {}).get("drifted"):
             continue

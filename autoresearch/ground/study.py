@@ -24,8 +24,9 @@ from autoresearch.ground.plan import OBJECTIVES, RunPlan, worker_gone, worker_na
 from autoresearch.ground.ranked_by import settle_ranked_by
 from search_space import SearchSpace, baseline_params
 
-__all__ = ["CONSTRAINTS", "COUNTED", "OK", "VIOLATED", "baseline_trial", "baseline_trial_params", "check_enqueued", "constraints_of", "fail_gone_workers", "feasible",
-           "is_baseline", "load_stored_study", "model_is_hybrid", "open_study", "params_with", "retry_interrupted", "sampler_seed", "tasks_pending"]
+__all__ = ["CONSTRAINTS", "COUNTED", "OK", "VIOLATED", "baseline_trial", "baseline_trial_params", "check_enqueued",
+           "constraints_of", "fail_gone_workers", "feasible", "is_baseline", "load_stored_study", "model_is_hybrid",
+           "open_study", "params_with", "passed_so_far", "retry_interrupted", "sampler_seed", "tasks_pending"]
 
 log = logging.getLogger(__name__)
 # Each <= 0 when satisfied. A trial sets them by name (Optuna's trial.set_constraint): the one record.
@@ -75,6 +76,12 @@ def feasible(trial: optuna.trial.FrozenTrial) -> bool:
     """COMPLETE with every constraint of CONSTRAINTS recorded and satisfied (one not measured: not feasible)."""
     constraints = trial.constraints
     return trial.state == optuna.trial.TrialState.COMPLETE and all(constraints.get(k, 1.0) <= 0 for k in CONSTRAINTS)
+
+
+def passed_so_far(trial: optuna.trial.FrozenTrial) -> bool:
+    """Feasible, or through every gate that has run with its task tier pending: what may prune another trial as
+    dominated and what the plan reads the best candidate from (a pending trial is the likely champion)."""
+    return feasible(trial) or tasks_pending(trial)
 
 
 def tasks_pending(trial: optuna.trial.FrozenTrial) -> bool:

@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--per-kind", type=int, default=DEFAULT_PER_KIND, help="tasks per taskset (default 64)")
     parser.add_argument("--limit", type=int, help="tasks per taskset the suite runs (as --suite-limit)")
     parser.add_argument("--out", type=Path, required=True, help="the workload JSON to write")
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug lines on the terminal")
     return parser
 
 

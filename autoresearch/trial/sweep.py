@@ -97,16 +97,20 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, required=True, help="model folder the server loads")
     parser.add_argument("--baseline", type=Path, required=True, help="baseline serving config JSON")
-    parser.add_argument("--candidate", action="append", default=[], required=True, metavar="NAME=CONFIG.json")
+    parser.add_argument("--candidate", action="append", default=[], required=True, metavar="NAME=CONFIG.json",
+                        help="a candidate serving config JSON and its label (repeatable)")
     parser.add_argument("--db", required=True, help="results store URL, e.g. sqlite:///results.db")
     parser.add_argument("--manifest-hash", help="default: the model's manifest hash (serving.manifest), as the "
                         "loop records it, so a reference captured here is found by the loop and the other way round")
-    parser.add_argument("--log-dir", type=Path, default=Path("runs/fidelity"))
-    parser.add_argument("--replace-reference", action="store_true")
-    parser.add_argument("--startup-timeout-s", type=float, default=900.0)
+    parser.add_argument("--log-dir", type=Path, default=Path("runs/fidelity"),
+                        help="server logs and pid files (default runs/fidelity)")
+    parser.add_argument("--replace-reference", action="store_true",
+                        help="capture the baseline's reference again even where the store has one for these probes")
+    parser.add_argument("--startup-timeout-s", type=float, default=900.0,
+                        help="seconds a server may take to load and answer /health (default 900)")
     add_probe_arguments(parser)
     add_gate_policy_arguments(parser)
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug lines on the terminal")
     return parser
 
 

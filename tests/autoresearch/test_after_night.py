@@ -10,7 +10,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autoresearch.__main__ import DEFAULT_STORAGE, main
+from autoresearch.__main__ import main
+from autoresearch.cli import DEFAULT_STORAGE
 from autoresearch.ground.model_source import _manifest_path, resolve_model
 from autoresearch.ground.outputs import EXPORT_DEFAULTS, TABBYAPI_FILES, plot_path
 

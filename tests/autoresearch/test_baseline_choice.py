@@ -83,28 +83,30 @@ def test_a_bad_baseline_is_a_clear_plan_error(tmp_path, q27, changes, message):
 
 
 def test_the_gate_policy_is_part_of_what_a_study_measures(tmp_path, q27):
-    from autoresearch.__main__ import _gate_policy, build_parser
+    from autoresearch.__main__ import _gate_policy
+    from autoresearch.cli import parse_args
 
-    args = build_parser().parse_args(["--min-floor-top1-disagreement", "0.01"])
+    args = parse_args(["--min-floor-top1-disagreement", "0.01"])
     policy = _gate_policy(args, mode="judge")
     assert policy.fidelity.min_floor_top1_disagreement == 0.01 and policy.fidelity.min_floor_kl_mean == 1e-4
-    loose = _gate_policy(build_parser().parse_args(["--min-floor-kl-p99", "0.02", "--min-floor-kl-mean", "0.01"]),
+    loose = _gate_policy(parse_args(["--min-floor-kl-p99", "0.02", "--min-floor-kl-mean", "0.01"]),
                          mode="judge")
     assert (loose.fidelity.min_floor_kl_p99, loose.fidelity.min_floor_kl_mean) == (0.02, 0.01)
-    tasks = _gate_policy(build_parser().parse_args(["--task-min-drop", "0.08", "--task-tier", "smoke"]), mode="judge")
+    tasks = _gate_policy(parse_args(["--task-min-drop", "0.08", "--task-tier", "smoke"]), mode="judge")
     assert (tasks.tasks.min_drop, tasks.tasks.judge) == (0.08, False)  # the flag decides over the default
     plan = _plan(tmp_path, q27)
     open_study(plan, _space(plan))
     with pytest.raises(StudyError):
         open_study(dataclasses.replace(plan, gate_policy=policy), _space(plan))
     with pytest.raises(PlanError, match="min_floor_top1_disagreement must be >= 0"):
-        _gate_policy(build_parser().parse_args(["--min-floor-top1-disagreement", "-1"]), mode="judge")
+        _gate_policy(parse_args(["--min-floor-top1-disagreement", "-1"]), mode="judge")
     with pytest.raises(PlanError, match="min_drop"):
-        _gate_policy(build_parser().parse_args(["--task-min-drop", "0.5"]), mode="judge")  # above the planned flips
+        _gate_policy(parse_args(["--task-min-drop", "0.5"]), mode="judge")  # above the planned flips
 
 
 def test_a_draft_model_opens_its_drafting_mode_and_is_part_of_what_a_study_measures(tmp_path, q27):
-    from autoresearch.__main__ import build_parser, make_plan
+    from autoresearch.__main__ import make_plan
+    from autoresearch.cli import parse_args
 
     plan = _plan(tmp_path, q27)
     drafted = dataclasses.replace(plan, draft_model=q27)  # the checkpoint as its own drafter: same vocabulary
@@ -116,22 +118,23 @@ def test_a_draft_model_opens_its_drafting_mode_and_is_part_of_what_a_study_measu
 
     assert "draft_model" in modes(space) and "draft_model" not in modes(_space(plan))
     with pytest.raises(PlanError, match="exllamav3 engine only"):
-        make_plan(build_parser().parse_args(["--engine", "transformers", "--draft-model", str(q27.path)]))
+        make_plan(parse_args(["--engine", "transformers", "--draft-model", str(q27.path)]))
 
 
 def test_broad_with_a_model_runs_its_task_tier_as_a_guard_and_refuses_it_as_a_judge(tmp_path, q27, monkeypatch):
     import autoresearch.__main__ as cli
-    from autoresearch.__main__ import build_parser, make_plan
+    from autoresearch.__main__ import make_plan
+    from autoresearch.cli import parse_args
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("AUTORESEARCH_CACHE", str(tmp_path / "cache"))
     # the preflight (tasksets, data, Docker here?) has tests of its own; this one is about the tier's mode
     monkeypatch.setattr(cli, "_check_suite_can_run", lambda suite, overrides: None)
     argv = ["--model", str(q27.path), "--trials", "3", "--vram", "24GiB"]
-    plan = make_plan(build_parser().parse_args(argv))  # broad is the default suite with --model
+    plan = make_plan(parse_args(argv))  # broad is the default suite with --model
     assert (plan.suite, plan.gate_policy.tasks.mode) == ("broad", "guard")
     with pytest.raises(PlanError, match="cannot make the claim it is asked to: aime25: 3 tasks detect"):
-        make_plan(build_parser().parse_args([*argv, "--task-tier", "judge"]))
-    assert make_plan(build_parser().parse_args([*argv, "--task-tier", "smoke"])).gate_policy.tasks.mode == "smoke"
-    offline = make_plan(build_parser().parse_args([*argv, "--suite", "offline"]))
+        make_plan(parse_args([*argv, "--task-tier", "judge"]))
+    assert make_plan(parse_args([*argv, "--task-tier", "smoke"])).gate_policy.tasks.mode == "smoke"
+    offline = make_plan(parse_args([*argv, "--suite", "offline"]))
     assert offline.gate_policy.tasks.mode == "judge"

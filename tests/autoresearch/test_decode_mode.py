@@ -11,7 +11,8 @@ import dataclasses
 import optuna
 import pytest
 
-from autoresearch.__main__ import _bench_plan, build_parser, make_plan
+from autoresearch.__main__ import _bench_plan, make_plan
+from autoresearch.cli import parse_args
 from autoresearch.ground.errors import PlanError, StudyError, Unmeasured
 from autoresearch.ground.plan import default_bench_plan
 from autoresearch.ground.study import open_study
@@ -25,26 +26,26 @@ from tests.bench.fakes import PrefixCachingFakeServer
 @pytest.mark.parametrize("engine", ["exllamav3", "transformers"])
 def test_the_loops_decode_times_the_models_own_answers_unless_told_otherwise(engine):
     """Before: every decode run went on to --bench-decode-tokens past the answer (ignore_eos), by default."""
-    plan = _bench_plan(engine, build_parser().parse_args([]))
+    plan = _bench_plan(engine, parse_args([]))
     assert plan.decode_until == "eos" and plan.decode_min_tokens <= plan.decode_tokens
-    fixed = _bench_plan(engine, build_parser().parse_args(["--bench-decode-until", "length"]))
+    fixed = _bench_plan(engine, parse_args(["--bench-decode-until", "length"]))
     assert fixed.decode_until == "length" and fixed.digest != plan.digest  # another study's key
 
 
 def test_a_decode_cap_too_short_to_time_an_answer_is_refused_naming_the_flags():
     with pytest.raises(PlanError) as caught:
-        _bench_plan("exllamav3", build_parser().parse_args(["--bench-decode-tokens", "8"]))
-    assert str(caught.value).startswith("--bench-decode-tokens 8: ") and "--bench-decode-until length" in str(caught.value)
-    assert _bench_plan("exllamav3", build_parser().parse_args(["--bench-decode-tokens", "8", "--bench-decode-until",
+        _bench_plan("exllamav3", parse_args(["--bench-decode-tokens", "3"]))
+    assert str(caught.value).startswith("--bench-decode-tokens 3: ") and "--bench-decode-until length" in str(caught.value)
+    assert _bench_plan("exllamav3", parse_args(["--bench-decode-tokens", "8", "--bench-decode-until",
                                                                 "length"])).decode_tokens == 8
 
 
 @pytest.mark.parametrize("answer_tokens, reason", [
     (0, "no token arrived"),
-    (5, "too short to time decode"),
+    (3, "too short to time decode"),
 ])
 def test_answers_too_short_to_time_are_unmeasured_never_a_rate(answer_tokens, reason):
-    """Before: the loop's plan sent ignore_eos, and a model that answers in 0 or 5 tokens read as a decode rate."""
+    """Before: the loop's plan sent ignore_eos, and a model that answers in 0 or 3 tokens read as a decode rate."""
     plan = default_bench_plan("transformers")
     with PrefixCachingFakeServer(answer_tokens=answer_tokens) as server:
         result = run_bench(plan, Endpoint(url=server.url))
@@ -73,14 +74,14 @@ def test_a_study_stored_under_the_fixed_length_default_resumes_with_it(tmp_path,
     monkeypatch.chdir(tmp_path)
     storage = f"sqlite:///{tmp_path / 'results.db'}"
     argv = ["--model", str(tiny_model_dir), "--suite", "none", "--trials", "2", "--storage", storage]
-    fresh = make_plan(build_parser().parse_args([*argv, "--study", "new"]))
+    fresh = make_plan(parse_args([*argv, "--study", "new"]))
     assert fresh.bench_plan.decode_until == "eos"
     _old_study(storage, "old", fresh)
-    resumed = make_plan(build_parser().parse_args([*argv, "--study", "old"]))
+    resumed = make_plan(parse_args([*argv, "--study", "old"]))
     assert resumed.bench_plan.decode_until == "length"
     space = build_space(SpaceContext(engine=resumed.engine, model=read_model_info(resumed.model.path)))
     stored = open_study(resumed, space).user_attrs["bench_plan"]  # the key matched: no StudyError
     assert BenchPlan.from_dict(stored).digest == resumed.bench_plan.digest
-    told = make_plan(build_parser().parse_args([*argv, "--study", "old", "--bench-decode-until", "eos"]))
+    told = make_plan(parse_args([*argv, "--study", "old", "--bench-decode-until", "eos"]))
     with pytest.raises(StudyError, match="another model, engine, suite or bench plan"):
         open_study(told, space)

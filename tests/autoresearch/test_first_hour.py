@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch.__main__ import build_parser, main, make_plan
+from autoresearch.__main__ import main, make_plan
+from autoresearch.cli import parse_args
 from autoresearch.ground import model_source
 
 
@@ -84,7 +85,7 @@ def test_a_model_that_is_not_exl3_gets_the_engine_search_space_picks(fresh, tiny
     """Before: the loop picked exllamav3 for any --model (and on a CPU machine its server crashed)."""
     from serving.config import engine_for_checkpoint
 
-    args = build_parser().parse_args(["--model", str(tiny_model_dir), "--suite", "none", "--trials", "2"])
+    args = parse_args(["--model", str(tiny_model_dir), "--suite", "none", "--trials", "2"])
     plan = make_plan(args)
     assert plan.engine == engine_for_checkpoint(tiny_model_dir) == "transformers"
 

@@ -9,15 +9,17 @@ where the scripted rule says the configuration drafts, the baseline's elsewhere.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
 import optuna
 import pytest
 
-from autoresearch.__main__ import build_parser, main, make_plan
+from autoresearch.__main__ import main, make_plan
 from autoresearch.champion.change_costs import MINIMIZATION_ATTR
 from autoresearch.champion.minimal_champion import KIND, _Launcher, minimize_champion
+from autoresearch.cli import parse_args
 from autoresearch.crown.finalists import Champion
 from autoresearch.ground.db import ResultsDB
 from bench import BenchResult
@@ -45,7 +47,7 @@ class RecordedLaunches:
 def study_copy(tmp_path):
     shutil.copy(EXAMPLE, tmp_path / "results.db")
     url = f"sqlite:///{tmp_path / 'results.db'}"
-    plan = make_plan(build_parser().parse_args(["export", "--study", "drafting-eos", "--storage", url]))
+    plan = make_plan(parse_args(["export", "--study", "drafting-eos", "--storage", url]))
     return plan, optuna.load_study(study_name="drafting-eos", storage=url), ResultsDB(url), url
 
 
@@ -147,14 +149,20 @@ def test_minimize_is_on_with_a_model_off_when_asked_and_its_launch_counts_must_b
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("AUTORESEARCH_CACHE", str(tmp_path / "cache"))
     argv = ["--model", str(checkpoint), "--suite", "none", "--trials", "3", "--vram", "24GiB"]
-    plan = make_plan(build_parser().parse_args(argv))
+    plan = make_plan(parse_args(argv))
     assert plan.minimize and (plan.minimize_launches, plan.minimize_max_launches) == (2, None)
-    assert not make_plan(build_parser().parse_args([*argv, "--no-minimize"])).minimize
+    assert not make_plan(parse_args([*argv, "--no-minimize"])).minimize
     with pytest.raises(PlanError, match="--minimize-launches"):
-        make_plan(build_parser().parse_args([*argv, "--minimize-launches", "0"]))
+        make_plan(parse_args([*argv, "--minimize-launches", "0"]))
 
 
 LEVERS = Path(__file__).parents[2] / "examples" / "real-0.5b-levers" / "results.db"
+
+
+def _stored_plan(url: str):
+    """The levers study's plan as read from its database, with the minimization's bound it ran under (30)."""
+    return dataclasses.replace(make_plan(parse_args(["export", "--study", "lever-study", "--storage", url])),
+                               minimize_max_launches=30)
 
 
 def _levers(tmp_path) -> tuple[str, optuna.Study, ResultsDB]:
@@ -195,8 +203,7 @@ def test_a_minimization_stored_before_both_subsets_were_measured_replays_its_lau
     champion changed, so the old one's gate verdict is not carried over to it."""
     url, study, db = _levers(tmp_path)
     before = _as_stored_before_both_subsets(url, study)
-    plan = make_plan(build_parser().parse_args(["export", "--study", "lever-study", "--storage", url,
-                                                "--minimize-max-launches", "30"]))  # the bound it ran under
+    plan = _stored_plan(url)
     assert before["extra"]["gate"]["passed"] and "max_chunk_size" not in before["kept"]
     rows = db.measurements(study="lever-study", kind=KIND)
     champion_bench = next(r["payload"]["bench"] for r in rows if r["payload"]["label"] == "tabbyapi/champion/0")
@@ -218,8 +225,7 @@ def test_the_levers_study_as_measured_on_the_device_needs_no_launch_and_exports_
     launches nothing, and the minimal champion's subset (exllamav3's defaults, +23.4% request time against the
     champion) stays the one TabbyAPI gets: the confirmed champion's measured +66.4%."""
     url, study, db = _levers(tmp_path)
-    plan = make_plan(build_parser().parse_args(["export", "--study", "lever-study", "--storage", url,
-                                                "--minimize-max-launches", "30"]))
+    plan = _stored_plan(url)
     monkeypatch.setattr(_Launcher, "_bench", lambda *_: pytest.fail("a stored launch was measured again"))
     subset = minimize_champion(plan, study, db, _champion(study)).extra["tabbyapi_subset"]
     assert subset["of"] == "minimal" and subset["digest"].startswith("262f35c71d75")

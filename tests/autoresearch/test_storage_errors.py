@@ -15,12 +15,16 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "q27-champion" / "results.db"
 
 
+def _output(command: str, folder) -> list[str]:
+    """The flag that moves the command's output out of the working folder."""
+    return ["--results-md", str(folder / "RESULTS.md")] if command == "report" else ["--out", str(folder / "c.json")]
+
+
 @pytest.mark.parametrize("command", ["report", "export"])
 def test_a_corrupt_database_is_one_line_and_exit_2(tmp_path, capsys, command):
     bad = tmp_path / "results.db"
     bad.write_bytes(b"this is not SQLite" * 100)
-    code = main([command, "--study", "q27-champion", "--storage", f"sqlite:///{bad}", "--out", str(tmp_path / "c.json"),
-                 "--results-md", str(tmp_path / "RESULTS.md")])
+    code = main([command, "--study", "q27-champion", "--storage", f"sqlite:///{bad}", *_output(command, tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert err == [f"StorageError: cannot use sqlite:///{bad}: file is not a database"]
@@ -112,8 +116,7 @@ def test_report_and_export_leave_no_copy_behind_and_name_the_users_database(tmp_
 def test_report_and_export_never_create_a_database(tmp_path, capsys, command):
     """Before: `report` where there was no results.db created an empty one."""
     db = tmp_path / "results.db"
-    code = main([command, "--study", "q27-champion", "--storage", f"sqlite:///{db}", "--out", str(tmp_path / "c.json"),
-                 "--results-md", str(tmp_path / "RESULTS.md")])
+    code = main([command, "--study", "q27-champion", "--storage", f"sqlite:///{db}", *_output(command, tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert err == [f"StorageError: no database at sqlite:///{db}: run the loop first, or pass --storage"]

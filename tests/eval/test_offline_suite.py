@@ -12,7 +12,7 @@ import pytest
 from eval.errors import EndpointError
 from eval.paths import EvalPaths
 from eval.prime.locks import load_locks
-from eval.run_config import build_launch
+from eval.run_config import build_launch, harness_path
 from eval.runner import run_suite, run_taskset
 from eval.store import EvalStore
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
@@ -145,7 +145,8 @@ def test_episodes_against_a_dead_endpoint_are_operational_failures_not_zero_scor
 
 
 @pytest.mark.skipif(
-    shutil.which("uv") is None, reason="verifiers' stock null harness needs uv (pip install uv)"
+    shutil.which("uv", path=harness_path()) is None,
+    reason="verifiers' stock null harness needs uv (the eval extra installs it beside the interpreter)",
 )
 def test_the_stock_null_harness_also_runs_the_offline_suite(tiny_server, tmp_path):
     suite = apply_overrides(

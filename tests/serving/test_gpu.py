@@ -1,6 +1,6 @@
 """The exllamav3 engine on a GPU: a converted tiny Qwen3_5 and the shape-true 27B under a 24 GiB cap.
 
-Skipped without CUDA. On a GPU machine (README "GPU tests"):
+Skipped without CUDA. On a GPU machine (docs/gpu-records.md, "GPU tests"):
     EXL3_TINY_MODEL=/tmp/tiny-exl3 EXL3_27B_MODEL=/tmp/q27 python -m pytest -m gpu tests/serving/test_gpu.py
 Without the variables the fixtures make the models themselves (conversion about 60 s, 27B about 30 s).
 """

@@ -320,8 +320,8 @@ def _command(args: argparse.Namespace) -> int:
 
 def _plan_command(args: argparse.Namespace) -> int:
     """The night plan from a stored study or stated rates: no model, no GPU needed."""
-    from autoresearch.night_plan import plan_command
     from autoresearch.ground.stored_study import stored_study
+    from autoresearch.night_plan import plan_command
 
     stored = stored_study(args.storage, args.study) if args.study else None
     suite = args.suite or (stored or {}).get("suite") or "offline"

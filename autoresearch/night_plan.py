@@ -17,7 +17,8 @@ from autoresearch.checks.task_tier import first_answers
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.plan import RunPlan
 from autoresearch.ground.study import baseline_trial
-from autoresearch.night.forecast import SCOPES, Forecast, Rates, measured_rates, plan_night, stated_rates
+from autoresearch.night.forecast import SCOPES, Forecast, plan_night
+from autoresearch.night.rates import Rates, measured_rates, stated_rates
 from eval.decision import TaskPolicy
 from eval.store import EvalStore
 from eval.suites import SuiteSpec

@@ -12,7 +12,7 @@ import sys
 
 import optuna
 
-from autoresearch.checks.drift import KIND, read_readings
+from autoresearch.checks.readings import KIND, read_readings
 from autoresearch.ground.db import ResultsDB
 
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import optuna
 
-from autoresearch.checks.drift import Limits, conditions, read_readings, round_drift
 from autoresearch.checks.judging import PENDING
+from autoresearch.checks.readings import Limits, conditions, read_readings, round_drift
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import ConfirmedElsewhere, Unmeasured
 from autoresearch.ground.plan import RunPlan, worker_gone, worker_name

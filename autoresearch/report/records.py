@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoresearch.champion.change_costs import ChangeCosts
-from autoresearch.checks.drift import DriftReport
+from autoresearch.checks.readings import DriftReport
 from autoresearch.ground.plan import RunPlan
 from autoresearch.ground.ranked_by import ENERGY_RANKED, GEOMEAN, RANKED_BY
 from autoresearch.measures.energy import EnergyReport

@@ -18,7 +18,7 @@ from autoresearch.champion.change_costs import (
     MINIMIZE_KIND,
     read_change_costs,
 )
-from autoresearch.checks.drift import read_drift
+from autoresearch.checks.readings import read_drift
 from autoresearch.crown.finalists import feasible_front, load_champion
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import Unmeasured

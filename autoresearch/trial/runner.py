@@ -27,8 +27,9 @@ import warnings
 
 import optuna
 
-from autoresearch.checks.drift import DriftWatch, conditions
+from autoresearch.checks.drift import DriftWatch
 from autoresearch.checks.judging import JUDGED, PENDING, TierRunner
+from autoresearch.checks.readings import conditions
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import Unmeasured
 from autoresearch.ground.outcome import TrialOutcome

@@ -25,16 +25,9 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from autoresearch.checks import drift
-from autoresearch.checks.drift import (
-    DriftWatch,
-    Limits,
-    Reading,
-    conditions,
-    read_drift,
-    read_readings,
-    remeasure_due,
-)
+from autoresearch.checks import readings as drift_readings
+from autoresearch.checks.drift import DriftWatch, remeasure_due
+from autoresearch.checks.readings import Limits, Reading, conditions, read_drift, read_readings
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.model_source import ResolvedModel
 from autoresearch.ground.plan import DriftPolicy, RunPlan, default_bench_plan, default_probe_config
@@ -287,7 +280,7 @@ def test_conditions_name_the_hosts_load_and_the_gpus_clocks_throttling_and_other
     assert len(c["load_avg"]) == 3 and c["cpu_count"] >= 1
     assert c["gpu"]["throttle_reasons"] == ["sw_thermal_slowdown"] and c["gpu"]["other_pids"] == [4242]
     assert c["gpu"]["sm_clock_mhz"] == 1980
-    assert drift.conditions_text(c).endswith("1980/1980 MHz, 45 C, sw_thermal_slowdown; 1 other GPU process(es)")
+    assert drift_readings.conditions_text(c).endswith("1980/1980 MHz, 45 C, sw_thermal_slowdown; 1 other GPU process(es)")
 
 
 def test_without_a_gpu_conditions_hold_the_host_only(monkeypatch):
@@ -298,9 +291,9 @@ def test_without_a_gpu_conditions_hold_the_host_only(monkeypatch):
 def test_finalist_round_readings_that_drifted_are_flagged(tmp_path):
     readings = [_reading(0), Reading(source="finalists round 2, launch 0", at=T0, decode=30.0, prefill=1000.0),
                 Reading(source="finalists round 2, launch 1", at=T0, decode=99.0, prefill=1000.0)]
-    (warning,) = drift.round_drift(readings, Limits(0.05, 0.05), 2)
+    (warning,) = drift_readings.round_drift(readings, Limits(0.05, 0.05), 2)
     assert warning.startswith("finalists round 2, launch 0: the baseline read 0.30x decode, 1.00x prefill")
-    assert drift.round_drift(readings, Limits(0.05, 0.05), 1) == []
+    assert drift_readings.round_drift(readings, Limits(0.05, 0.05), 1) == []
 
 
 def test_readings_come_back_from_the_store_in_time_order(plan, machine, tmp_path):
@@ -308,7 +301,7 @@ def test_readings_come_back_from_the_store_in_time_order(plan, machine, tmp_path
     study = open_study(plan, space)
     db = ResultsDB(plan.storage_url)
     _baseline_measured(study, plan, space, db, machine)
-    db.add_measurement(study=plan.study_name, trial=None, kind=drift.KIND, config_digest="x",
+    db.add_measurement(study=plan.study_name, trial=None, kind=drift_readings.KIND, config_digest="x",
                        payload={"before_trial": 5, "error": "LaunchError: boom"})
     readings = read_readings(study, db, plan.study_name)
     assert [r.source for r in readings] == ["baseline trial 0, launch 0", "baseline trial 0, launch 1",
@@ -328,7 +321,7 @@ def test_a_real_cpu_study_re_measures_its_baseline_and_reports_the_readings(tmp_
     storage = f"sqlite:///{tmp_path / 'results.db'}"
     (name,) = optuna.get_all_study_names(storage)
     study, db = optuna.load_study(study_name=name, storage=storage), ResultsDB(storage)
-    checks = db.measurements(study=name, kind=drift.KIND)
+    checks = db.measurements(study=name, kind=drift_readings.KIND)
     assert len(checks) >= 2 and all(c["payload"]["decode"] > 0 and c["payload"]["elapsed_s"] > 0 for c in checks)
     assert all("load_avg" in c["payload"]["conditions"] for c in checks)
     assert len(list((tmp_path / "runs" / name / "logs").glob("drift-before-*.log"))) == len(checks)

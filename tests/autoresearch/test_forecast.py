@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch.night.forecast import baseline_relaunches, plan_night, stated_rates
+from autoresearch.night.forecast import baseline_relaunches, plan_night
 from autoresearch.night.progress import Progress
+from autoresearch.night.rates import stated_rates
 from eval.decision import TaskPolicy
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
 from eval.walks import expected_longest_walk, expected_walk, walk_survival
@@ -150,7 +151,7 @@ def _taskset(name: str, starts: list[float], model_s: float, tokens: int = 40) -
 
 
 def test_measured_rates_time_tasks_by_their_answering_span_and_calls_by_what_is_left():
-    from autoresearch.night.forecast import measured_rates
+    from autoresearch.night.rates import measured_rates
 
     fallback = stated_rates(OFFLINE, decode_tok_s=40, prefill_tok_s=1000, answer_tokens=1000)
     baseline = _Trial("baseline", {"launch": 30.0, "bench": 18.0, "reference": 8.0, "tasks": 60.0, "relaunch": 20.0,
@@ -187,7 +188,7 @@ def test_measured_rates_time_tasks_by_their_answering_span_and_calls_by_what_is_
 
 
 def test_measured_rates_without_start_times_share_the_runs_elapsed_time():
-    from autoresearch.night.forecast import measured_rates
+    from autoresearch.night.rates import measured_rates
 
     fallback = stated_rates(OFFLINE, decode_tok_s=40, prefill_tok_s=1000, answer_tokens=1000)
     old = [_taskset("rg-math", [0.0] * 4, 2.0), _taskset("rg-logic", [0.0] * 6, 2.0)]

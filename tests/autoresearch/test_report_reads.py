@@ -17,7 +17,8 @@ import sqlalchemy
 from sqlalchemy import event
 
 from autoresearch import loop
-from autoresearch.__main__ import build_parser, make_plan
+from autoresearch.__main__ import make_plan
+from autoresearch.cli import parse_args
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.study import baseline_trial, is_baseline
 from autoresearch.report.results_md import write_report
@@ -52,7 +53,7 @@ class Queries:
 def _levers(tmp_path):
     shutil.copy(LEVERS, tmp_path / "results.db")
     url = f"sqlite:///{tmp_path / 'results.db'}"
-    plan = make_plan(build_parser().parse_args(["report", "--study", "lever-study", "--storage", url,
+    plan = make_plan(parse_args(["report", "--study", "lever-study", "--storage", url,
                                                 "--results-md", str(tmp_path / "RESULTS.md")]))
     return plan, optuna.load_study(study_name="lever-study", storage=url), ResultsDB(url), EvalStore(url)
 

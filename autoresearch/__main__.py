@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from autoresearch.cli import parse_args
-from autoresearch.errors import PlanError, StorageError
-from autoresearch.logs import setup_logging
+from autoresearch.ground.errors import PlanError, StorageError
+from autoresearch.ground.logs import setup_logging
 from eval.policy_args import task_policy_from_args
 from tuner_errors import TunerError
 
@@ -39,10 +39,10 @@ log = logging.getLogger("autoresearch")
 
 
 def make_plan(args: argparse.Namespace):
-    from autoresearch.model_source import model_of_study, resolve_model
-    from autoresearch.night import stated_from_args
-    from autoresearch.plan import RunPlan, default_probe_config, study_name_for
-    from autoresearch.stored_study import stored_decode_until, stored_study
+    from autoresearch.ground.model_source import model_of_study, resolve_model
+    from autoresearch.ground.plan import RunPlan, default_probe_config, study_name_for
+    from autoresearch.ground.stored_study import stored_decode_until, stored_study
+    from autoresearch.night_plan import stated_from_args
     from search_space import gpu_memory_bytes, parse_bytes
     from serving.config import engine_for_checkpoint
 
@@ -107,7 +107,7 @@ def make_plan(args: argparse.Namespace):
 
 
 def _drift_policy(args: argparse.Namespace):
-    from autoresearch.plan import DriftPolicy
+    from autoresearch.ground.plan import DriftPolicy
 
     if args.no_drift_check:
         return DriftPolicy(every_trials=None, every_minutes=None)
@@ -236,7 +236,7 @@ def _workload(args: argparse.Namespace, suite_name: str, overrides: dict):
         if choice == "suite":
             if suite_name == "none":
                 raise PlanError("--bench-workload suite needs a suite; with --suite none use corpus or a FILE")
-            from autoresearch.workload import suite_workload
+            from autoresearch.ground.workload import suite_workload
 
             return suite_workload(_suite_spec(suite_name, overrides))
         return Workload.load(Path(choice))
@@ -245,7 +245,7 @@ def _workload(args: argparse.Namespace, suite_name: str, overrides: dict):
 
 
 def _bench_plan(engine: str, args: argparse.Namespace, workload=None, stored_decode_until: str | None = None):
-    from autoresearch.plan import bench_plan_from_flags
+    from autoresearch.ground.plan import bench_plan_from_flags
 
     return bench_plan_from_flags(
         engine, workload, stored_decode_until=stored_decode_until, prefill_tokens=_token_counts(args, "bench_prefill"),
@@ -278,13 +278,13 @@ def _assignments(items, flag: str) -> dict:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["sweep"]:
-        from autoresearch import sweep
+        from autoresearch.trial import sweep
 
         sweep_args = sweep.build_parser().parse_args(argv[1:])
         setup_logging(sweep_args.verbose)
         return sweep.command(sweep_args)
     if argv[:1] == ["workload"]:
-        from autoresearch import workload
+        from autoresearch.ground import workload
 
         workload_args = workload.build_parser().parse_args(argv[1:])
         setup_logging(workload_args.verbose)
@@ -320,8 +320,8 @@ def _command(args: argparse.Namespace) -> int:
 
 def _plan_command(args: argparse.Namespace) -> int:
     """The night plan from a stored study or stated rates: no model, no GPU needed."""
-    from autoresearch.night import plan_command
-    from autoresearch.stored_study import stored_study
+    from autoresearch.ground.stored_study import stored_study
+    from autoresearch.night_plan import plan_command
 
     stored = stored_study(args.storage, args.study) if args.study else None
     suite = args.suite or (stored or {}).get("suite") or "offline"
@@ -339,7 +339,7 @@ def _run_command(args: argparse.Namespace, shown_storage: str) -> int:
         if args.command == "plan":
             return _plan_command(args)
         if args.command in ("export", "report"):
-            from autoresearch.outputs import settle_reading_command
+            from autoresearch.ground.outputs import settle_reading_command
 
             settle_reading_command(args, shown_storage)
         plan = make_plan(args)
@@ -348,11 +348,11 @@ def _run_command(args: argparse.Namespace, shown_storage: str) -> int:
 
             plan = dataclasses.replace(plan, storage_shown=shown_storage)
         if args.command == "export":
-            from autoresearch.export import export_champion
+            from autoresearch.champion.export import export_champion
 
             return export_champion(plan, args.out, fmt=args.format, full=args.full_champion)
         if args.command == "report":
-            from autoresearch.export import regenerate_report
+            from autoresearch.report.results_md import regenerate_report
 
             return regenerate_report(plan)
         from autoresearch.loop import run

@@ -14,14 +14,14 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from autoresearch.night import add_rate_arguments
+from autoresearch.night_plan import add_rate_arguments
 from eval.policy_args import add_task_policy_arguments
 from eval.suites import SUITES
 
 __all__ = ["COMMANDS", "DEFAULT_STORAGE", "build_parser", "parse_args"]
 
 DEFAULT_STORAGE = "sqlite:///results.db"
-# sweep and workload parse their own flags (autoresearch.sweep, autoresearch.workload); __main__ hands them over
+# sweep and workload parse their own flags (autoresearch.trial.sweep, autoresearch.ground.workload); __main__ hands them over
 OWN_PARSERS = {
     "sweep": "fidelity only: the baseline protocol, then each candidate in a fresh launch (flags: sweep --help)",
     "workload": "write the suite's tasks as a bench workload, for `python -m bench --workload` (flags: workload --help)",

@@ -12,27 +12,34 @@ import time
 
 import optuna
 
-from autoresearch.clock import NIGHT_KEY, NightClock
-from autoresearch.db import ResultsDB
-from autoresearch.errors import BaselineFailed, ConfirmedElsewhere, PlanError
-from autoresearch.finalists import confirm_finalists, feasible_front
-from autoresearch.judging import JUDGED
-from autoresearch.logs import log_to_file
-from autoresearch.minimal_champion import minimize_champion
-from autoresearch.minimal_gate import gate_minimal, gate_tabbyapi_subset
-from autoresearch.model_source import record_manifest
-from autoresearch.night import announce, night_forecast
-from autoresearch.outcome import TrialOutcome
-from autoresearch.plan import RunPlan
-from autoresearch.preflight import preflight
-from autoresearch.progress import Progress
-from autoresearch.ranking import Ranking
-from autoresearch.report import write_report
-from autoresearch.request_time import ENERGY_RANKED, RANKED_BY
-from autoresearch.servers import reap_orphan_servers
-from autoresearch.stages import FINALISTS, MINIMAL_GATE, MINIMIZE, REPORT, SEARCH, TASKS
-from autoresearch.study import check_enqueued, open_study, tasks_pending
-from autoresearch.trial import TrialRunner
+from autoresearch.champion.minimal_champion import minimize_champion
+from autoresearch.champion.minimal_gate import gate_minimal, gate_tabbyapi_subset
+from autoresearch.checks.judging import JUDGED
+from autoresearch.crown.finalists import confirm_finalists, feasible_front
+from autoresearch.ground.db import ResultsDB
+from autoresearch.ground.errors import ConfirmedElsewhere, PlanError
+from autoresearch.ground.logs import log_to_file
+from autoresearch.ground.model_source import record_manifest
+from autoresearch.ground.outcome import TrialOutcome
+from autoresearch.ground.plan import RunPlan
+from autoresearch.ground.preflight import preflight
+from autoresearch.ground.ranked_by import ENERGY_RANKED, RANKED_BY
+from autoresearch.ground.servers import reap_orphan_servers
+from autoresearch.ground.stages import FINALISTS, MINIMAL_GATE, MINIMIZE, REPORT, SEARCH, TASKS
+from autoresearch.ground.study import (
+    COUNTED,
+    baseline_trial,
+    check_enqueued,
+    is_baseline,
+    open_study,
+    tasks_pending,
+)
+from autoresearch.measures.ranking import Ranking
+from autoresearch.night.clock import NIGHT_KEY, NightClock
+from autoresearch.night.progress import Progress
+from autoresearch.night_plan import announce, night_forecast
+from autoresearch.report.results_md import write_report
+from autoresearch.trial.runner import TrialRunner
 from eval import EvalStore
 from search_space import SpaceContext, build_space, read_model_info
 from search_space.errors import SpaceError
@@ -40,25 +47,22 @@ from search_space.errors import SpaceError
 __all__ = ["baseline_measured", "best_line", "counted_trials", "replan_after", "run"]
 
 log = logging.getLogger(__name__)
-_COUNTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
 
 def counted_trials(study: optuna.Study) -> int:
     """The trials --trials counts: COMPLETE and PRUNED, less the deferred (their configuration runs again)."""
-    return sum(t.user_attrs.get("outcome") != TrialOutcome.DEFERRED for t in study.get_trials(deepcopy=False, states=_COUNTED))
+    return sum(t.user_attrs.get("outcome") != TrialOutcome.DEFERRED for t in study.get_trials(deepcopy=False, states=COUNTED))
 
 
 def baseline_measured(study: optuna.Study) -> bool:
-    return any(t.user_attrs.get("role") == "baseline" for t in study.get_trials(
-        deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+    return baseline_trial(study) is not None
 
 
 def best_line(study: optuna.Study) -> str:
-    trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    baseline = next((t for t in trials if t.user_attrs.get("role") == "baseline"), None)
+    baseline = baseline_trial(study)
     if baseline is None:
         return "baseline not measured yet"
-    front = [t for t in feasible_front(study, with_pending=True) if t.user_attrs.get("role") != "baseline"]
+    front = [t for t in feasible_front(study, with_pending=True) if not is_baseline(t)]
     line = f"baseline (decode {baseline.values[0]:.1f}, prefill {baseline.values[1]:.0f} tok/s)"
     if not front:
         return line
@@ -88,7 +92,7 @@ def _speedups(champion) -> str:
 def replan_after(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> str | None:
     """When a finished trial makes the night plan worth printing again, and why: the baseline's measured rates
     replace the stated or assumed ones; the first judgment's walks replace the design's."""
-    if trial.user_attrs.get("role") == "baseline" and trial.state == optuna.trial.TrialState.COMPLETE:
+    if baseline_trial([trial]) is not None:
         return "night plan once the baseline measured its rates"
     if trial.user_attrs.get("task_tier") == JUDGED and sum(
             t.user_attrs.get("task_tier") == JUDGED for t in study.get_trials(deepcopy=False)) == 1:
@@ -99,7 +103,7 @@ def replan_after(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> str | 
 def _task_judge(study: optuna.Study, runner: TrialRunner, progress: Progress, clock: NightClock):
     """The finalists' stage's task tier, for finalists whose tier is pending (--task-tier-scope finalists, also
     in a study resumed with another scope); None without a suite. A finalist after the first is judged only
-    if its judgment fits before the deadline (autoresearch.clock: the second cut)."""
+    if its judgment fits before the deadline (autoresearch.night.clock: the second cut)."""
     if runner.tier is None:
         return None
     judged = [0]
@@ -184,7 +188,7 @@ class _Night:
         self.progress.reported(time.monotonic() - started)
 
     def next_trial_fits(self) -> bool:
-        """The clock's rule (autoresearch.clock): a trial starts only if it and every stage after the search fit.
+        """The clock's rule (autoresearch.night.clock): a trial starts only if it and every stage after the search fit.
         The baseline always runs: nothing can be judged without it."""
         if not baseline_measured(self.study):
             return True
@@ -198,7 +202,6 @@ class _Night:
     def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         self.progress.trial_finished(counted_trials(study), best_line(study))
         self.replan(replan_after(study, trial), measured=True)  # re-estimated after every trial
-        self.report()
         self.clock.save(study)
         if self.plan.trials is not None and counted_trials(study) >= self.plan.trials or not self.next_trial_fits():
             study.stop()
@@ -219,11 +222,15 @@ class _Night:
         searched = time.monotonic()
         try:
             study.optimize(self.runner, n_trials=None, callbacks=[self.after_trial], gc_after_trial=True)
-        except BaselineFailed:
-            self.report()  # it says why the study stopped
-            raise
-        finally:
+        except BaseException:  # stopped (Ctrl-C, a baseline that failed): the report says where the night stood
             self.clock.add(SEARCH, time.monotonic() - searched)
+            try:
+                self.report()
+            except Exception as exc:  # the stop's own error is the one to show
+                log.warning("RESULTS.md not written on the stop: %s", exc)
+            raise
+        self.clock.add(SEARCH, time.monotonic() - searched)
+        self.report()  # RESULTS.md at the end of each stage, not after each trial
 
     def finalists(self):
         """The finalists' stage; raises ConfirmedElsewhere as confirm_finalists does."""
@@ -240,12 +247,11 @@ class _Night:
     def minimize(self, champion) -> None:
         """The minimization, its launch bound shrunk to what fits before the deadline (the first cut), and the
         minimal champion's gate; a minimization that does not fit at all is cut, and the confirmed champion stays."""
-        from autoresearch.minimize import changes_of
+        from autoresearch.champion.minimize import changes_of
         from serving.config import ServingConfig
 
         plan, study, progress, clock = self.plan, self.study, self.progress, self.clock
-        baseline = next(t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("role") == "baseline"
-                        and t.state == optuna.trial.TrialState.COMPLETE)
+        baseline = baseline_trial(study)
         changes = len(changes_of(ServingConfig.from_dict(champion.config),
                                  ServingConfig.from_dict(baseline.user_attrs["config"])))
         launch = (progress.expected_s("launch") or 0.0) + (progress.expected_s("bench") or 0.0)

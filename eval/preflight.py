@@ -15,10 +15,9 @@ Usage:
 from __future__ import annotations
 
 import copy
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from eval.errors import (
     EvalConfigError,
@@ -26,8 +25,8 @@ from eval.errors import (
     MissingEnvironment,
     RuntimeUnavailable,
 )
+from eval.missing import Missing, is_installed
 from eval.paths import EvalPaths
-from eval.plugins import PLUGIN_MODULES
 from eval.run_config import build_launch
 from eval.suites import SuiteSpec
 from openai_client import Endpoint
@@ -36,25 +35,6 @@ if TYPE_CHECKING:  # the Prime suites' pins; the offline suites need none
     from eval.prime import Locks
 
 __all__ = ["DryRunEntry", "Missing", "dry_run", "is_installed", "missing_pieces", "preflight"]
-
-
-def is_installed(plugin_id: str, kind: str = "tasksets") -> bool:
-    """Whether verifiers could import the plugin `plugin_id` (a taskset or harness) in this interpreter."""
-    if plugin_id in PLUGIN_MODULES:
-        return True  # ships inside this package (eval.plugins)
-    module = plugin_id.rsplit("/", 1)[-1].split("@", 1)[0].replace("-", "_").lower()
-    if importlib.util.find_spec(f"verifiers.v1.{kind}.{module}") is not None:
-        return True
-    return importlib.util.find_spec(module) is not None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Missing:
-    """One piece a suite needs that is not here: what, and the command that fixes it (one line)."""
-
-    kind: Literal["environment", "dataset", "runtime"]
-    name: str
-    line: str
 
 
 _ORDER = ("environment", "dataset", "runtime")  # the order to fix them in

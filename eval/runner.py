@@ -217,7 +217,7 @@ def answer_taskset(suite: SuiteSpec, spec: TasksetSpec, endpoint: Endpoint, *, r
     """One chunk of a taskset: the tasks of its selection whose keys are not in `answered`, in run order
     (an earlier chunk's holes first), until `stop_when` says stop; the tasks in flight then are answered
     too. Returns what this chunk answered and whether it ran to the taskset's end (sent its last task).
-    The lazy answers are given this way (autoresearch.task_tier).
+    The lazy answers are given this way (autoresearch.checks.task_tier).
 
     Raises:
         as run_suite (preflight, a dead endpoint, a crashed worker).

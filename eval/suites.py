@@ -71,7 +71,7 @@ class RuntimeSpec:
 
     @property
     def resolved_image(self) -> str:
-        from eval.prime import image_tag  # Docker only: the runtime image is eval.prime's
+        from eval.prime.runtime_image import image_tag  # Docker only: the runtime image is eval.prime's
 
         return self.image or image_tag()
 

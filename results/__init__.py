@@ -6,7 +6,7 @@
 - `engine`: engines for SQLite (WAL) and PostgreSQL; a private snapshot of a SQLite file to read.
 
 `connect(url)` is how a store opens a database: an engine whose results tables are at the current
-schema. autoresearch.db.ResultsDB and eval.store.EvalStore read and write through it; this package
+schema. autoresearch.ground.db.ResultsDB and eval.store.EvalStore read and write through it; this package
 imports neither.
 
 Usage:

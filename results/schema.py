@@ -1,7 +1,7 @@
 """Every table the project writes beside Optuna's, in one MetaData, and the two column types that
 serialize what goes into them.
 
-- `ar_*`: the loop's measurements, provenance, finalists and claims (autoresearch.db reads and writes them).
+- `ar_*`: the loop's measurements, provenance, finalists and claims (autoresearch.ground.db reads and writes them).
 - `eval_*`: fidelity references and measurements, suite runs, taskset results, gate decisions
   (eval.store reads and writes them).
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autoresearch.errors import AutoresearchError, BaselineNotReady, ConfirmedElsewhere
-from autoresearch.minimize import MinimizeError
+from autoresearch.champion.minimize import MinimizeError
+from autoresearch.ground.errors import AutoresearchError, BaselineNotReady, ConfirmedElsewhere
 from bench.errors import BenchError
 from benchmarks.overhead import OverheadError
 from eval.errors import EvalError

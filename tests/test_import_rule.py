@@ -80,5 +80,141 @@ def test_imports_between_packages_follow_the_data_flow():
 
 def test_the_rule_sees_a_wrong_way_import():
     """The reader itself: an import inside a function, `import a.b` and `from a.b import c` all count."""
-    source = "import bench.client\nfrom eval import x\ndef f():\n    from autoresearch.plan import RunPlan\n"
+    source = "import bench.client\nfrom eval import x\ndef f():\n    from autoresearch.ground.plan import RunPlan\n"
     assert [name for _, name in _imported(ast.parse(source))] == ["bench", "eval", "autoresearch"]
+
+
+# ---- between modules: no circle anywhere, and autoresearch's subpackages in their order ----
+
+# autoresearch's subpackages in the order of autoresearch/__init__.py: each imports only those before it
+# (and itself); the package's own modules (the run, the CLI) stand over all of them.
+LAYERS = ("ground", "night", "measures", "checks", "trial", "crown", "champion", "report")
+
+
+def _module_of(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _project_modules() -> dict[str, Path]:
+    return {_module_of(path): path for name in sorted(_ours()) for path in _files(name)}
+
+
+def _targets(node: ast.AST, modules: dict[str, Path]) -> list[str]:
+    """The modules of ours an import statement loads: `from a.b import c` is a.b.c where c is a module, else a.b."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        names = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
+                 for alias in node.names]
+    else:
+        return []
+    return [name for name in names if name in modules]
+
+
+def _run_time_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node but those under `if TYPE_CHECKING:` (annotations' imports, which never run)."""
+    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and ast.unparse(node.test)
+               in ("TYPE_CHECKING", "typing.TYPE_CHECKING") for body in node.body for n in ast.walk(body)}
+    return [node for node in ast.walk(tree) if id(node) not in skipped]
+
+
+def module_graph() -> dict[str, dict[str, int]]:
+    """module -> {module it imports: line}, for every module of ours: imports inside functions count too,
+    those only a type checker reads (`if TYPE_CHECKING:`) do not."""
+    modules = _project_modules()
+    graph: dict[str, dict[str, int]] = {}
+    for module, path in modules.items():
+        edges = graph.setdefault(module, {})
+        for node in _run_time_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+            for target in _targets(node, modules):
+                if target != module:
+                    edges.setdefault(target, node.lineno)
+    return graph
+
+
+def import_circles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Each strongly connected set of modules that import one another, round or through others (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, {}):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            members = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                members.append(member)
+                if member == node:
+                    break
+            if len(members) > 1:
+                circles.append(sorted(members))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def _layer(module: str) -> int | None:
+    """The place of an autoresearch module in LAYERS; the package's own modules stand over every layer."""
+    parts = module.split(".")
+    if parts[0] != "autoresearch":
+        return None
+    return LAYERS.index(parts[1]) if len(parts) > 2 and parts[1] in LAYERS else len(LAYERS)
+
+
+def upward_imports(graph: dict[str, dict[str, int]]) -> list[str]:
+    wrong = []
+    for module, edges in sorted(graph.items()):
+        here = _layer(module)
+        for target, line in sorted(edges.items()):
+            there = _layer(target)
+            if here is not None and there is not None and there > here:
+                wrong.append(f"{module}:{line} imports {target}: {LAYERS[here]} stands below "
+                             f"{LAYERS[there] if there < len(LAYERS) else 'the package top'}")
+    return wrong
+
+
+def test_no_module_imports_itself_round_a_circle():
+    circles = import_circles(module_graph())
+    assert not circles, "import circle(s):\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def test_autoresearchs_subpackages_import_only_those_before_them():
+    wrong = upward_imports(module_graph())
+    assert not wrong, f"{len(wrong)} upward import(s):\n" + "\n".join(wrong)
+
+
+def test_every_subpackage_has_its_place_and_the_package_docstring_says_the_order():
+    subpackages = {p.parent.name for p in (ROOT / "autoresearch").glob("*/__init__.py")}
+    assert subpackages == set(LAYERS)
+    import autoresearch
+
+    said = [line.split()[0] for line in autoresearch.__doc__.splitlines() if line.startswith("    ")
+            and line.split() and line.split()[0] in LAYERS]
+    assert said == list(LAYERS)
+
+
+def test_the_rules_see_a_circle_and_an_upward_import_even_inside_a_function():
+    graph = {"autoresearch.measures.objectives": {"autoresearch.ground.study": 3},
+             "autoresearch.ground.study": {"autoresearch.measures.ranking": 9},
+             "autoresearch.measures.ranking": {"autoresearch.measures.objectives": 4}}
+    assert import_circles(graph) == [sorted(graph)]
+    assert upward_imports(graph) == ["autoresearch.ground.study:9 imports autoresearch.measures.ranking: "
+                                     "ground stands below measures"]
+    source = "def f():\n    from autoresearch.ground import study\n"
+    modules = {"autoresearch.ground": ROOT, "autoresearch.ground.study": ROOT}
+    assert [t for n in ast.walk(ast.parse(source)) for t in _targets(n, modules)] == ["autoresearch.ground.study"]

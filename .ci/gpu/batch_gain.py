@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from autoresearch.servers import ServerSpec
+from autoresearch.ground.servers import ServerSpec
 from eval.suites import get_suite
 from search_space import SpaceContext, baseline_params, build_space, config_from_params, read_model_info
 

@@ -79,7 +79,7 @@ def _rows(name: str, mode: str, path: Path, exit_code: int) -> list[dict]:
     rows = []
     result = json.loads(path.read_text())
     if result["plan"].get("workload"):  # the decode objective as the loop computes it
-        from autoresearch.objectives import objectives_from_bench
+        from autoresearch.measures.objectives import objectives_from_bench
         from bench import BenchResult
 
         try:

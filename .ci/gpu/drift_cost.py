@@ -12,8 +12,8 @@ import sys
 
 import optuna
 
-from autoresearch.db import ResultsDB
-from autoresearch.drift import KIND, read_readings
+from autoresearch.checks.readings import KIND, read_readings
+from autoresearch.ground.db import ResultsDB
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import optuna
 
-from autoresearch.db import ResultsDB
-from autoresearch.errors import Unmeasured
-from autoresearch.ranking import Ranking
-from autoresearch.request_time import RequestMix
+from autoresearch.ground.db import ResultsDB
+from autoresearch.ground.errors import Unmeasured
+from autoresearch.measures.ranking import Ranking
+from autoresearch.measures.request_time import RequestMix
 from bench import BenchResult, noise_floor
 
 OUT = Path(os.environ.get("OUT", "/tmp/out"))

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import optuna
 
-from autoresearch.errors import Unmeasured
-from autoresearch.finalists import load_champion
-from autoresearch.objectives import objectives_from_bench
-from autoresearch.ranking import Ranking
-from autoresearch.request_time import RequestMix, median_headline
+from autoresearch.crown.finalists import load_champion
+from autoresearch.ground.errors import Unmeasured
+from autoresearch.measures.objectives import objectives_from_bench
+from autoresearch.measures.ranking import Ranking
+from autoresearch.measures.request_time import RequestMix, median_headline
 from bench import BenchPlan, BenchResult, Workload, run_bench
 from openai_client import Endpoint
 from search_space import SpaceContext, build_space, read_model_info

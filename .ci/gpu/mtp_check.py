@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from autoresearch import provenance
+from autoresearch.trial import provenance
 from search_space import Budget, check_fit
 from search_space.memory import MemoryModel
 from search_space.model_info import read_model_info
@@ -106,7 +106,7 @@ def served_args(args: dict) -> dict:
 
 
 def server_info(url: str) -> dict:
-    """The server's own readings, through the project's one client (autoresearch.provenance)."""
+    """The server's own readings, through the project's one client (autoresearch.trial.provenance)."""
     return provenance.server_info(url) or {"error": "no /v1/server_info (see the warning above)"}
 
 

@@ -9,9 +9,9 @@ import sys
 
 import optuna
 
-from autoresearch.db import ResultsDB
-from autoresearch.night import assumed_rates, forecast_for, rates_at, task_judgments
-from autoresearch.task_tier import first_answers
+from autoresearch.checks.task_tier import first_answers
+from autoresearch.ground.db import ResultsDB
+from autoresearch.night_plan import assumed_rates, forecast_for, rates_at, task_judgments
 from eval.decision import TaskPolicy
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
 

@@ -187,7 +187,7 @@ def summary(url: str, study_name: str, phases_path: str, out_path: str) -> int:
     import optuna
     from optuna.storages import RetryFailedTrialCallback
 
-    from autoresearch.db import ResultsDB
+    from autoresearch.ground.db import ResultsDB
 
     warnings.simplefilter("ignore")  # Optuna's ExperimentalWarning on retried_trial_number
     phases = json.loads(Path(phases_path).read_text())

@@ -26,10 +26,10 @@ from pathlib import Path
 import optuna
 import yaml
 
-from autoresearch.change_costs import MINIMIZATION_ATTR
-from autoresearch.request_time import RequestMix
-from autoresearch.study import model_is_hybrid
-from autoresearch.tabbyapi import expressible_subset, to_tabbyapi
+from autoresearch.champion.change_costs import MINIMIZATION_ATTR
+from autoresearch.champion.tabbyapi import expressible_subset, to_tabbyapi
+from autoresearch.ground.study import model_is_hybrid
+from autoresearch.measures.request_time import RequestMix
 from bench import BenchPlan, BenchResult
 from serving.config import ServingConfig
 

@@ -24,7 +24,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from autoresearch.plan import default_probe_config
+from autoresearch.ground.plan import default_probe_config
 from eval import EvalStore, GatePolicy, build_probe_set, capture_reference, gate_candidate, measure_fidelity
 from eval.decision import baseline_problems
 from eval.paths import EvalPaths

@@ -14,8 +14,8 @@ from __future__ import annotations
 import subprocess
 
 from eval.errors import DataIntegrityError, EvalConfigError, MissingDataset
+from eval.missing import Missing, is_installed
 from eval.paths import EvalPaths
-from eval.preflight import Missing, is_installed
 from eval.prime.locks import Locks, load_locks
 from eval.prime.runtime_image import image_id
 from eval.prime.snapshots import check_dataset

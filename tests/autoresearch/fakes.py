@@ -1,6 +1,6 @@
 """Test doubles at the loop's outside boundaries, named as such: the launcher and bench's measurements.
 
-`FakeLauncher` stands in for `autoresearch.servers.serve` (no process starts) and for `bench.run_bench`
+`FakeLauncher` stands in for `autoresearch.ground.servers.serve` (no process starts) and for `bench.run_bench`
 (each launch's bench result is scripted from the speeds the test gives its configuration, and the GPU's
 power draw where it gives one: its joules, as NVML's counter would give them), at every
 launch of the study's `ServerSpec` and every `RunPlan.fresh_bench`: the trial runner and the
@@ -111,9 +111,9 @@ class FakeLauncher:
     on_launch: Callable[[ServingConfig], None] | None = None
 
     def install(self, monkeypatch) -> FakeLauncher:
-        monkeypatch.setattr("autoresearch.servers.serve", self.serve)  # ServerSpec.launch calls it
-        monkeypatch.setattr("autoresearch.plan.run_bench", self.run_bench)  # RunPlan.fresh_bench calls it
-        monkeypatch.setattr("autoresearch.trial.server_info", lambda url: None)  # a fake server has no info
+        monkeypatch.setattr("autoresearch.ground.servers.serve", self.serve)  # ServerSpec.launch calls it
+        monkeypatch.setattr("autoresearch.ground.plan.run_bench", self.run_bench)  # RunPlan.fresh_bench calls it
+        monkeypatch.setattr("autoresearch.trial.runner.server_info", lambda url: None)  # a fake server has no info
         return self
 
     @contextlib.contextmanager

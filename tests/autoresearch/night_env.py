@@ -27,10 +27,11 @@ from types import SimpleNamespace
 import optuna
 
 from autoresearch import loop
-from autoresearch import minimal_gate as minimal_gate_module
-from autoresearch import trial as trial_module
-from autoresearch.plan import DriftPolicy, RunPlan, default_bench_plan, default_probe_config
-from autoresearch.study import baseline_trial_params
+from autoresearch.champion import minimal_gate as minimal_gate_module
+from autoresearch.ground.plan import DriftPolicy, RunPlan, default_bench_plan, default_probe_config
+from autoresearch.ground.study import baseline_trial_params
+from autoresearch.trial import baseline_protocol
+from autoresearch.trial import runner as trial_module
 from eval import EvalStore
 from eval.errors import MissingReference
 from search_space import SpaceContext, build_space, config_from_params, read_model_info
@@ -74,7 +75,7 @@ class ScriptedMachine(FakeLauncher):
 
 
 class ScriptedTier:
-    """The task suite's answers (autoresearch.judging.TierRunner's place): scripted seconds, every candidate passes."""
+    """The task suite's answers (autoresearch.checks.judging.TierRunner's place): scripted seconds, every candidate passes."""
 
     first_s = 300.0  # the baseline's first answers
     judgment_s = 600.0
@@ -142,13 +143,14 @@ class NightEnv:
             return stored_measurement(store, reference, role=role, label=label)
 
         passed = SimpleNamespace(decision=SimpleNamespace(passed=True, failed_stage=None, reasons=[]), decision_id=None)
-        monkeypatch.setattr(trial_module, "capture_reference", capture)
-        monkeypatch.setattr(trial_module, "measure_fidelity", fidelity)
+        monkeypatch.setattr(baseline_protocol, "capture_reference", capture)
+        for module in (trial_module, baseline_protocol):
+            monkeypatch.setattr(module, "measure_fidelity", fidelity)
         monkeypatch.setattr(trial_module, "gate_candidate", lambda *a, **kw: passed)
         monkeypatch.setattr(minimal_gate_module, "measure_fidelity", fidelity)
         monkeypatch.setattr(minimal_gate_module, "gate_candidate", lambda *a, **kw: passed)
         monkeypatch.setattr(trial_module, "TierRunner", lambda *a, **kw: self.tier)
-        monkeypatch.setattr("autoresearch.preflight._check_engine", lambda engine: None)
+        monkeypatch.setattr("autoresearch.ground.preflight._check_engine", lambda engine: None)
         logging.getLogger("autoresearch").setLevel(logging.INFO)
         stage = loop.Progress.stage
 

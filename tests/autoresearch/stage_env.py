@@ -17,13 +17,13 @@ from pathlib import Path
 
 import optuna
 
-from autoresearch.baseline import BaselineEvidence, save_baseline
-from autoresearch.db import ResultsDB
-from autoresearch.model_source import ResolvedModel
-from autoresearch.plan import RunPlan, default_bench_plan, default_probe_config
-from autoresearch.progress import Progress
-from autoresearch.study import CONSTRAINTS, baseline_trial_params, constraints_of, params_with
-from autoresearch.trial import TrialRunner
+from autoresearch.ground.db import ResultsDB
+from autoresearch.ground.model_source import ResolvedModel
+from autoresearch.ground.plan import RunPlan, default_bench_plan, default_probe_config
+from autoresearch.ground.study import CONSTRAINTS, baseline_trial_params, constraints_of, params_with
+from autoresearch.measures.baseline import BaselineEvidence, save_baseline
+from autoresearch.night.progress import Progress
+from autoresearch.trial.runner import TrialRunner
 from bench import NoiseFloor
 from eval import EvalStore
 from eval.fidelity import load_fidelity_measurement

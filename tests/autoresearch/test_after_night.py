@@ -12,8 +12,8 @@ import pytest
 
 from autoresearch.__main__ import main
 from autoresearch.cli import DEFAULT_STORAGE
-from autoresearch.model_source import _manifest_path, resolve_model
-from autoresearch.outputs import EXPORT_DEFAULTS, TABBYAPI_FILES, plot_path
+from autoresearch.ground.model_source import _manifest_path, resolve_model
+from autoresearch.ground.outputs import EXPORT_DEFAULTS, TABBYAPI_FILES, plot_path
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "examples" / "q27-champion" / "results.db"  # one study, q27-champion, with a champion
@@ -129,7 +129,7 @@ def test_a_refused_model_run_writes_nothing(fresh, capsys, tiny_model_dir):
 
 
 def test_a_models_manifest_is_written_once_the_run_is_accepted(fresh, tiny_model_dir):
-    from autoresearch.model_source import record_manifest
+    from autoresearch.ground.model_source import record_manifest
 
     model = resolve_model(str(tiny_model_dir), locks_dir=fresh / "locks", cache_dir=fresh / "cache")
     assert not model.manifest_path.exists() and model.pending_manifest is not None

@@ -8,10 +8,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autoresearch.errors import PlanError, StudyError
-from autoresearch.model_source import ResolvedModel
-from autoresearch.plan import RunPlan
-from autoresearch.study import open_study
+from autoresearch.ground.errors import PlanError, StudyError
+from autoresearch.ground.model_source import ResolvedModel
+from autoresearch.ground.plan import RunPlan
+from autoresearch.ground.study import open_study
 from search_space import SpaceContext, build_space, read_model_info
 from serving.synthetic.exl3 import QWEN38_27B, write_exl3_checkpoint
 

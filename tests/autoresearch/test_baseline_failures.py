@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from autoresearch import trial as trial_module
-from autoresearch.errors import BaselineFailed, BaselineUnmeasured
-from autoresearch.outcome import TrialOutcome
-from autoresearch.report import write_report
+from autoresearch.ground.errors import BaselineFailed, BaselineUnmeasured
+from autoresearch.ground.outcome import TrialOutcome
+from autoresearch.report.results_md import write_report
+from autoresearch.trial import baseline_protocol
 from serving.errors import OutOfMemoryAtLoad
 
 from .fakes import FakeLauncher
@@ -36,12 +36,12 @@ def test_the_baseline_is_measured_first_in_both_launches_then_reference_suite_an
     launcher = FakeLauncher(on_launch=lambda config: calls.append(f"launch {len(launcher.launches) - 1}"),
                             watts={"*": [300.0, 330.0]})  # the second launch drew 10% more at the same speed
     launcher.install(monkeypatch)
-    monkeypatch.setattr("autoresearch.plan.run_bench",
+    monkeypatch.setattr("autoresearch.ground.plan.run_bench",
                         lambda *a, **kw: calls.append("bench") or launcher.run_bench(*a, **kw))
     # stand-ins for eval's calls on the fake server (it answers nothing) and for the suite's first answers
     reference = SimpleNamespace(model_manifest_hash="h", probe_set_digest="d")
-    monkeypatch.setattr(trial_module, "capture_reference", lambda url, probes, **kw: calls.append("capture") or reference)
-    monkeypatch.setattr(trial_module, "measure_fidelity", lambda url, ref, **kw: calls.append(f"floor:{kw['label']}")
+    monkeypatch.setattr(baseline_protocol, "capture_reference", lambda url, probes, **kw: calls.append("capture") or reference)
+    monkeypatch.setattr(baseline_protocol, "measure_fidelity", lambda url, ref, **kw: calls.append(f"floor:{kw['label']}")
                         or SimpleNamespace(measurement_id=1, metrics={}))
     suite_ok = SimpleNamespace(suite_run_id=7, tasksets=())
     env.runner.tier = SimpleNamespace(baseline_first=lambda server, **kw: calls.append("suite") or suite_ok)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from autoresearch.change_costs import read_change_costs, signed_change
-from autoresearch.minimize import minimize
-from autoresearch.report import render_section
+from autoresearch.champion.change_costs import read_change_costs, signed_change
+from autoresearch.champion.minimize import minimize
+from autoresearch.report.results_md import render_section
 from tests.autoresearch.test_minimize import BASELINE, CHAMPION, ScriptedLaunches, _drafting_matters
 
 
@@ -36,7 +36,7 @@ def test_no_minimization_no_section():
 
 
 def test_a_minimization_stopped_before_its_end_says_what_is_stored_and_how_it_resumes():
-    from autoresearch.report import _template
+    from autoresearch.report.results_md import _template
 
     text = str(_template().module.change_costs(None, 11))
     assert "## What each change bought (minimization)" in text and "**Not finished:** 11 launches" in text

@@ -15,7 +15,7 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
-from autoresearch.db import ResultsDB
+from autoresearch.ground.db import ResultsDB
 
 PG_URL = os.environ.get("AUTORESEARCH_TEST_POSTGRES_URL")
 CLAIM = {"what": "confirm finalists", "key": "after 8 finished trials"}

@@ -7,9 +7,10 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from autoresearch.outcome import TrialOutcome
-from autoresearch.study import CONSTRAINTS, constraints_of, feasible
-from autoresearch.trial import OK, VIOLATED, TrialRunner, _Record
+from autoresearch.ground.outcome import TrialOutcome
+from autoresearch.ground.study import CONSTRAINTS, OK, VIOLATED, constraints_of, feasible
+from autoresearch.trial.record import TrialRecord
+from autoresearch.trial.runner import TrialRunner
 from eval.decision import GateDecision
 from eval.gate import GateRecord
 
@@ -19,7 +20,7 @@ def _finished(close, state=optuna.trial.TrialState.COMPLETE) -> optuna.trial.Fro
     study = optuna.create_study(directions=["maximize", "maximize"],
                                 sampler=optuna.samplers.TPESampler(constraints_func=constraints_of))
     trial = study.ask()
-    close(_Record(trial))
+    close(TrialRecord(trial))
     study.tell(trial, [1.0, 2.0] if state == optuna.trial.TrialState.COMPLETE else None, state=state)
     return study.trials[0]
 

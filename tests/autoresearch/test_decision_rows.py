@@ -3,7 +3,7 @@
 Real parts: Optuna, the trial runner's stages, the results store, the gate. Test doubles at the outside
 boundary only: the launcher and bench (tests.autoresearch.fakes.FakeLauncher), what the server's logprobs
 give the fidelity probes (a scripted lossless measurement saved to the real store), and the task tier's
-seam (autoresearch.judging.TierRunner.judge), which here cannot run: a server it needs does not start,
+seam (autoresearch.checks.judging.TierRunner.judge), which here cannot run: a server it needs does not start,
 or the candidate's server dies under the suite.
 """
 
@@ -13,8 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-import autoresearch.trial as trial_module
-from autoresearch.judging import TierRunner
+import autoresearch.trial.runner as trial_module
+from autoresearch.checks.judging import TierRunner
+from autoresearch.trial import baseline_protocol
 from eval.errors import TasksetRunError
 from eval.fidelity import load_fidelity_measurement
 from eval.records import FidelityMetrics
@@ -35,7 +36,8 @@ def _lossless_fidelity(monkeypatch) -> None:
                                      per_probe=[{"probe_id": "p0"}], elapsed_s=0.5, server={})
         return load_fidelity_measurement(store, mid)
 
-    monkeypatch.setattr(trial_module, "measure_fidelity", measure)
+    for module in (trial_module, baseline_protocol):
+        monkeypatch.setattr(module, "measure_fidelity", measure)
 
 
 class _Tier:

@@ -13,10 +13,10 @@ import pytest
 
 from autoresearch.__main__ import _bench_plan, make_plan
 from autoresearch.cli import parse_args
-from autoresearch.errors import PlanError, StudyError, Unmeasured
-from autoresearch.objectives import objectives_from_bench
-from autoresearch.plan import default_bench_plan
-from autoresearch.study import open_study
+from autoresearch.ground.errors import PlanError, StudyError, Unmeasured
+from autoresearch.ground.plan import default_bench_plan
+from autoresearch.ground.study import open_study
+from autoresearch.measures.objectives import objectives_from_bench
 from bench import BenchPlan, run_bench
 from openai_client import Endpoint
 from search_space import SpaceContext, build_space, read_model_info

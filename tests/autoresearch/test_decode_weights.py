@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from autoresearch.objectives import decode_weights, objectives_from_bench
-from autoresearch.plan import default_bench_plan
+from autoresearch.ground.plan import default_bench_plan
+from autoresearch.measures.objectives import decode_weights, objectives_from_bench
 
 from .fakes import bench_result
 

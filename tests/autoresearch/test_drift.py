@@ -1,6 +1,6 @@
 """Drift: the baseline is re-measured during the search, and a candidate measured under drift is never pruned.
 
-The stage machine (autoresearch.trial.TrialRunner) runs real Optuna trials on a real SQLite study;
+The stage machine (autoresearch.trial.runner.TrialRunner) runs real Optuna trials on a real SQLite study;
 the outside boundary is `ScriptedMachine`, a test double at the serve boundary: its "launches" start
 no process, and bench on them returns scripted speeds (each configuration's own speed times the
 machine's, which halves mid-study, as a GPU that starts to throttle or a host another job loads).
@@ -25,25 +25,19 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from autoresearch import drift
-from autoresearch import trial as trial_module
-from autoresearch.baseline import save_baseline
-from autoresearch.db import ResultsDB
-from autoresearch.drift import (
-    DriftWatch,
-    Limits,
-    Reading,
-    conditions,
-    read_drift,
-    read_readings,
-    remeasure_due,
-)
-from autoresearch.model_source import ResolvedModel
-from autoresearch.plan import DriftPolicy, RunPlan, default_bench_plan, default_probe_config
-from autoresearch.progress import Progress
-from autoresearch.report import render_section
-from autoresearch.study import CONSTRAINTS, open_study
-from autoresearch.trial import TrialRunner
+from autoresearch.checks import readings as drift_readings
+from autoresearch.checks.drift import DriftWatch, remeasure_due
+from autoresearch.checks.readings import Limits, Reading, conditions, read_drift, read_readings
+from autoresearch.ground.db import ResultsDB
+from autoresearch.ground.model_source import ResolvedModel
+from autoresearch.ground.plan import DriftPolicy, RunPlan, default_bench_plan, default_probe_config
+from autoresearch.ground.study import CONSTRAINTS, open_study
+from autoresearch.measures.baseline import save_baseline
+from autoresearch.night.progress import Progress
+from autoresearch.report.results_md import render_section
+from autoresearch.trial import baseline_protocol
+from autoresearch.trial import runner as trial_module
+from autoresearch.trial.runner import TrialRunner
 from bench import NoiseFloor, noise_floor
 from eval import EvalStore
 from openai_client import Endpoint
@@ -89,12 +83,12 @@ class ScriptedMachine:
 
 def _install(m: ScriptedMachine, monkeypatch) -> ScriptedMachine:
     """The scripted machine at every launch the trial runner and the drift check make."""
-    monkeypatch.setattr("autoresearch.servers.serve", m.serve)  # every ServerSpec.launch
-    monkeypatch.setattr("autoresearch.plan.run_bench", m.run_bench)  # every RunPlan.fresh_bench
+    monkeypatch.setattr("autoresearch.ground.servers.serve", m.serve)  # every ServerSpec.launch
+    monkeypatch.setattr("autoresearch.ground.plan.run_bench", m.run_bench)  # every RunPlan.fresh_bench
     monkeypatch.setattr(trial_module, "server_info", lambda url: None)  # the double has no /v1/server_info
     # the gate after the dominance check: stand-ins that pass (the fidelity gate has its own tests)
-    monkeypatch.setattr(trial_module, "measure_fidelity",
-                        lambda *a, **kw: SimpleNamespace(measurement_id=1, metrics={}))
+    for module in (trial_module, baseline_protocol):
+        monkeypatch.setattr(module, "measure_fidelity", lambda *a, **kw: SimpleNamespace(measurement_id=1, metrics={}))
     monkeypatch.setattr(trial_module, "gate_candidate", lambda *a, **kw: SimpleNamespace(
         decision=SimpleNamespace(passed=True, failed_stage=None, reasons=[]), decision_id=1))
     return m
@@ -152,7 +146,7 @@ def _study_after_baseline(plan, machine, monkeypatch):
     study = open_study(plan, space)
     db = ResultsDB(plan.storage_url)
     evidence = _baseline_measured(study, plan, space, db, machine)
-    monkeypatch.setattr(trial_module, "wait_for_baseline", lambda trial, **kw: evidence)
+    monkeypatch.setattr(baseline_protocol, "wait_for_baseline", lambda trial, **kw: evidence)
     runner = TrialRunner(plan, space, db, EvalStore(plan.storage_url),
                          Progress(study=plan.study_name, trials=20, hours=None, live=False))
     return study, db, runner
@@ -163,7 +157,7 @@ def test_the_baseline_halving_mid_study_is_reported_and_prunes_no_candidate(plan
     base = study.trials[0].params
     for chunk in (64, 128, 256, 512):
         study.enqueue_trial({**base, "prefill_chunk_size": chunk})
-    with caplog.at_level(logging.WARNING, logger="autoresearch.drift"):
+    with caplog.at_level(logging.WARNING, logger="autoresearch.checks.drift"):
         study.optimize(runner, n_trials=4)
 
     trials = {t.params["prefill_chunk_size"]: t for t in study.get_trials()[1:]}
@@ -242,7 +236,7 @@ def test_an_unsteady_baseline_is_logged_once_and_prunes_no_candidate(plan, monke
     study, db, runner = _study_after_baseline(plan, machine, monkeypatch)
     for chunk in (64, 128):
         study.enqueue_trial({**study.trials[0].params, "prefill_chunk_size": chunk})
-    with caplog.at_level(logging.WARNING, logger="autoresearch.drift"):
+    with caplog.at_level(logging.WARNING, logger="autoresearch.checks.drift"):
         study.optimize(runner, n_trials=2)
     warnings = [r.getMessage() for r in caplog.records if r.getMessage().startswith("measurements unsteady: ")]
     assert len(warnings) == 1 and "differed by 50% in decode and 50% in prefill" in warnings[0], warnings
@@ -273,7 +267,7 @@ def test_a_reading_is_due_after_k_trials_t_minutes_a_failed_check_or_a_new_drift
 
 
 def test_a_check_with_no_rule_left_is_refused_as_a_usage_error():
-    from autoresearch.errors import PlanError
+    from autoresearch.ground.errors import PlanError
 
     with pytest.raises(PlanError, match="--drift-every-trials must be >= 1"):
         DriftPolicy(every_trials=0)
@@ -286,7 +280,7 @@ def test_conditions_name_the_hosts_load_and_the_gpus_clocks_throttling_and_other
     assert len(c["load_avg"]) == 3 and c["cpu_count"] >= 1
     assert c["gpu"]["throttle_reasons"] == ["sw_thermal_slowdown"] and c["gpu"]["other_pids"] == [4242]
     assert c["gpu"]["sm_clock_mhz"] == 1980
-    assert drift.conditions_text(c).endswith("1980/1980 MHz, 45 C, sw_thermal_slowdown; 1 other GPU process(es)")
+    assert drift_readings.conditions_text(c).endswith("1980/1980 MHz, 45 C, sw_thermal_slowdown; 1 other GPU process(es)")
 
 
 def test_without_a_gpu_conditions_hold_the_host_only(monkeypatch):
@@ -297,9 +291,9 @@ def test_without_a_gpu_conditions_hold_the_host_only(monkeypatch):
 def test_finalist_round_readings_that_drifted_are_flagged(tmp_path):
     readings = [_reading(0), Reading(source="finalists round 2, launch 0", at=T0, decode=30.0, prefill=1000.0),
                 Reading(source="finalists round 2, launch 1", at=T0, decode=99.0, prefill=1000.0)]
-    (warning,) = drift.round_drift(readings, Limits(0.05, 0.05), 2)
+    (warning,) = drift_readings.round_drift(readings, Limits(0.05, 0.05), 2)
     assert warning.startswith("finalists round 2, launch 0: the baseline read 0.30x decode, 1.00x prefill")
-    assert drift.round_drift(readings, Limits(0.05, 0.05), 1) == []
+    assert drift_readings.round_drift(readings, Limits(0.05, 0.05), 1) == []
 
 
 def test_readings_come_back_from_the_store_in_time_order(plan, machine, tmp_path):
@@ -307,7 +301,7 @@ def test_readings_come_back_from_the_store_in_time_order(plan, machine, tmp_path
     study = open_study(plan, space)
     db = ResultsDB(plan.storage_url)
     _baseline_measured(study, plan, space, db, machine)
-    db.add_measurement(study=plan.study_name, trial=None, kind=drift.KIND, config_digest="x",
+    db.add_measurement(study=plan.study_name, trial=None, kind=drift_readings.KIND, config_digest="x",
                        payload={"before_trial": 5, "error": "LaunchError: boom"})
     readings = read_readings(study, db, plan.study_name)
     assert [r.source for r in readings] == ["baseline trial 0, launch 0", "baseline trial 0, launch 1",
@@ -327,7 +321,7 @@ def test_a_real_cpu_study_re_measures_its_baseline_and_reports_the_readings(tmp_
     storage = f"sqlite:///{tmp_path / 'results.db'}"
     (name,) = optuna.get_all_study_names(storage)
     study, db = optuna.load_study(study_name=name, storage=storage), ResultsDB(storage)
-    checks = db.measurements(study=name, kind=drift.KIND)
+    checks = db.measurements(study=name, kind=drift_readings.KIND)
     assert len(checks) >= 2 and all(c["payload"]["decode"] > 0 and c["payload"]["elapsed_s"] > 0 for c in checks)
     assert all("load_avg" in c["payload"]["conditions"] for c in checks)
     assert len(list((tmp_path / "runs" / name / "logs").glob("drift-before-*.log"))) == len(checks)

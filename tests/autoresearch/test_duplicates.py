@@ -9,8 +9,8 @@ import time
 import optuna
 import pytest
 
-from autoresearch.outcome import TrialOutcome
-from autoresearch.study import sampler_seed
+from autoresearch.ground.outcome import TrialOutcome
+from autoresearch.ground.study import sampler_seed
 
 from .fakes import FakeLauncher
 from .stage_env import StageEnv
@@ -79,7 +79,7 @@ def test_a_failed_or_duplicate_trial_is_nobodys_original(env, monkeypatch):
 
 def test_a_higher_numbered_trial_waits_for_a_lower_one_still_choosing_its_configuration(env, monkeypatch):
     """The race the rule must win: the higher-numbered trial looks before the lower one wrote its digest."""
-    monkeypatch.setattr("autoresearch.trial.DUPLICATE_POLL_S", 0.01)
+    monkeypatch.setattr("autoresearch.trial.runner.DUPLICATE_POLL_S", 0.01)
     launcher = FakeLauncher().install(monkeypatch)
     lower = _mid_trial(env, CHANGE, chosen=False)
     done = threading.Event()

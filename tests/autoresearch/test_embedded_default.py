@@ -8,7 +8,7 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
-from autoresearch.study import CONSTRAINTS, constraints_of
+from autoresearch.ground.study import CONSTRAINTS, constraints_of
 from serving.config import ServingConfig
 
 from .conftest import run_loop

@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from autoresearch.db import ResultsDB
-from autoresearch.energy import ENERGY_RATES, EnergyUse, read_energy, record_energy
-from autoresearch.errors import Unmeasured
-from autoresearch.report import render_section
-from autoresearch.request_time import RequestKind, RequestMix
+from autoresearch.ground.db import ResultsDB
+from autoresearch.ground.errors import Unmeasured
+from autoresearch.measures.energy import ENERGY_RATES, EnergyUse, read_energy, record_energy
+from autoresearch.measures.request_time import RequestKind, RequestMix
+from autoresearch.report.results_md import render_section
 from bench.records import BenchResult, DecodePoint, PrefillPoint, ServerProfile
 from bench.runs import RequestEnergy, RequestResult, RequestSpec
 

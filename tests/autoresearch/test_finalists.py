@@ -12,11 +12,12 @@ import optuna
 import pytest
 from sqlalchemy import update
 
-from autoresearch.errors import ConfirmedElsewhere
-from autoresearch.finalists import confirm_finalists, load_champion, select_finalists, settled_trials
-from autoresearch.plan import worker_name
-from autoresearch.ranking import Ranking, mark_ranked_by_request_time, objective_rates, save_request_mix
-from autoresearch.request_time import RequestKind, RequestMix
+from autoresearch.crown.finalists import confirm_finalists, load_champion, select_finalists, settled_trials
+from autoresearch.ground.errors import ConfirmedElsewhere
+from autoresearch.ground.plan import worker_name
+from autoresearch.ground.ranked_by import mark_ranked_by_request_time
+from autoresearch.measures.ranking import Ranking, objective_rates, save_request_mix
+from autoresearch.measures.request_time import RequestKind, RequestMix
 from bench import noise_floor
 from results.schema import claims
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch import model_source
 from autoresearch.__main__ import main, make_plan
 from autoresearch.cli import parse_args
+from autoresearch.ground import model_source
 
 
 @pytest.fixture

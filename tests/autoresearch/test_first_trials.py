@@ -5,9 +5,9 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from autoresearch.model_source import ResolvedModel
-from autoresearch.plan import RunPlan, default_bench_plan, default_probe_config
-from autoresearch.study import open_study
+from autoresearch.ground.model_source import ResolvedModel
+from autoresearch.ground.plan import RunPlan, default_bench_plan, default_probe_config
+from autoresearch.ground.study import open_study
 from search_space import SpaceContext, build_space, read_model_info
 
 

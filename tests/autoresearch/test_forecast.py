@@ -4,54 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import random
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from autoresearch.forecast import (
-    baseline_relaunches,
-    expected_longest_walk,
-    expected_walk,
-    plan_night,
-    stated_rates,
-    walk_survival,
-)
-from autoresearch.progress import Progress
+from autoresearch.night.forecast import baseline_relaunches, plan_night
+from autoresearch.night.progress import Progress
+from autoresearch.night.rates import stated_rates
 from eval.decision import TaskPolicy
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
+from eval.walks import expected_longest_walk, expected_walk, walk_survival
 
 ROOT = Path(__file__).resolve().parents[2]
 OFFLINE = get_suite("offline")
-
-
-def _simulated_walks(design, n_tasks: int, walks: int, runs: int, seed: int = 0) -> tuple[float, float]:
-    """Mean length of one walk and of the longest of `walks`, by simulating lossless candidates."""
-    rng = random.Random(seed)
-    p = design.planned_discordance / 2
-
-    def one() -> int:
-        outcomes = ["lost" if (u := rng.random()) < p else "gained" if u < 2 * p else "tie" for _ in range(n_tasks)]
-        return design.walk(outcomes).tasks_used
-
-    singles, longest = [], []
-    for _ in range(runs):
-        lengths = [one() for _ in range(walks)]
-        singles.append(lengths[0])
-        longest.append(max(lengths))
-    return sum(singles) / runs, sum(longest) / runs
-
-
-def test_walk_lengths_match_simulated_walks_of_the_sequential_test():
-    design = TaskPolicy().design(2)
-    single, longest = _simulated_walks(design, 600, 3, runs=1500)
-    assert expected_walk(design, 600) == pytest.approx(single, rel=0.06)
-    assert expected_longest_walk(design, 600, 3) == pytest.approx(longest, rel=0.06)
-    # the lazy baseline answers at least one walk, more for more judged candidates, never past the taskset
-    assert expected_walk(design, 600) < expected_longest_walk(design, 600, 3) < 600
-    assert expected_longest_walk(design, 50, 10) <= 50
 
 
 def test_stated_rates_truncation_and_seconds_per_task():
@@ -184,7 +151,7 @@ def _taskset(name: str, starts: list[float], model_s: float, tokens: int = 40) -
 
 
 def test_measured_rates_time_tasks_by_their_answering_span_and_calls_by_what_is_left():
-    from autoresearch.forecast import measured_rates
+    from autoresearch.night.rates import measured_rates
 
     fallback = stated_rates(OFFLINE, decode_tok_s=40, prefill_tok_s=1000, answer_tokens=1000)
     baseline = _Trial("baseline", {"launch": 30.0, "bench": 18.0, "reference": 8.0, "tasks": 60.0, "relaunch": 20.0,
@@ -221,7 +188,7 @@ def test_measured_rates_time_tasks_by_their_answering_span_and_calls_by_what_is_
 
 
 def test_measured_rates_without_start_times_share_the_runs_elapsed_time():
-    from autoresearch.forecast import measured_rates
+    from autoresearch.night.rates import measured_rates
 
     fallback = stated_rates(OFFLINE, decode_tok_s=40, prefill_tok_s=1000, answer_tokens=1000)
     old = [_taskset("rg-math", [0.0] * 4, 2.0), _taskset("rg-logic", [0.0] * 6, 2.0)]
@@ -235,7 +202,7 @@ def test_measured_rates_without_start_times_share_the_runs_elapsed_time():
 
 
 def test_a_run_bounded_by_trials_is_planned_for_the_hours_its_trials_take_and_says_so():
-    from autoresearch.night import forecast_for
+    from autoresearch.night_plan import forecast_for
 
     rates = stated_rates(OFFLINE, decode_tok_s=400, prefill_tok_s=5000, answer_tokens=300, launch_s=60, bench_s=90,
                          fidelity_s=30)
@@ -290,8 +257,8 @@ def test_a_stored_study_plans_with_its_judged_walks_and_the_calls_of_judgments_t
         tmp_path):
     import optuna
 
-    from autoresearch.db import ResultsDB
-    from autoresearch.night import study_rates
+    from autoresearch.ground.db import ResultsDB
+    from autoresearch.night_plan import study_rates
 
     url = f"sqlite:///{tmp_path / 'results.db'}"
     db = ResultsDB(url)

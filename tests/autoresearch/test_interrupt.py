@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from autoresearch.study import retry_interrupted
+from autoresearch.ground.study import retry_interrupted
 
 
 def _study_with_interrupted_trial() -> optuna.Study:
@@ -32,7 +32,7 @@ def test_an_interrupted_trial_runs_again_once():
 def test_the_trial_runner_marks_the_trial_it_was_running_when_interrupted():
     from types import SimpleNamespace
 
-    from autoresearch.trial import TrialRunner
+    from autoresearch.trial.runner import TrialRunner
 
     def interrupted(_trial):
         raise KeyboardInterrupt

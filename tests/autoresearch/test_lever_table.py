@@ -12,7 +12,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autoresearch.model_source import resolve_model
+from autoresearch.ground.model_source import resolve_model
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autoresearch.ranking import mark_ranked_by_request_time, save_request_mix
+from autoresearch.ground.ranked_by import mark_ranked_by_request_time
+from autoresearch.measures.ranking import save_request_mix
 from serving.config import ServingConfig
 
 from .test_objectives import _result

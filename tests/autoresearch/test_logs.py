@@ -14,7 +14,7 @@ def test_tracebacks_and_optunas_failed_trial_warnings_stay_off_the_terminal(tmp_
     script = textwrap.dedent(f"""
         import logging, optuna
         from pathlib import Path
-        from autoresearch.logs import log_to_file, setup_logging
+        from autoresearch.ground.logs import log_to_file, setup_logging
         setup_logging(verbose=False)
         with log_to_file(Path({str(tmp_path / 'loop.log')!r})):
             study = optuna.create_study()
@@ -37,7 +37,7 @@ def test_tracebacks_and_optunas_failed_trial_warnings_stay_off_the_terminal(tmp_
 def test_verbose_shows_the_traceback(tmp_path):
     script = textwrap.dedent("""
         import logging
-        from autoresearch.logs import setup_logging
+        from autoresearch.ground.logs import setup_logging
         setup_logging(verbose=True)
         try:
             raise ValueError("boom")
@@ -49,7 +49,7 @@ def test_verbose_shows_the_traceback(tmp_path):
 
 
 def test_the_log_file_handler_is_removed_after_the_run(tmp_path):
-    from autoresearch.logs import log_to_file
+    from autoresearch.ground.logs import log_to_file
 
     root = logging.getLogger()
     before = list(root.handlers)

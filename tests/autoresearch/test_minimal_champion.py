@@ -17,11 +17,11 @@ import optuna
 import pytest
 
 from autoresearch.__main__ import main, make_plan
-from autoresearch.change_costs import MINIMIZATION_ATTR
+from autoresearch.champion.change_costs import MINIMIZATION_ATTR
+from autoresearch.champion.minimal_champion import KIND, _Launcher, minimize_champion
 from autoresearch.cli import parse_args
-from autoresearch.db import ResultsDB
-from autoresearch.finalists import Champion
-from autoresearch.minimal_champion import KIND, _Launcher, minimize_champion
+from autoresearch.crown.finalists import Champion
+from autoresearch.ground.db import ResultsDB
 from bench import BenchResult
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "real-0.5b-own-answers" / "results.db"
@@ -98,8 +98,8 @@ def test_tabbyapi_gets_the_confirmed_champions_subset_where_it_was_measured_fast
     the champion). Export then writes the confirmed champion's subset, and names the minimal one's beside it."""
     import yaml
 
-    from autoresearch.minimal_champion import _tabbyapi_subset
-    from autoresearch.minimize import Launch
+    from autoresearch.champion.minimal_champion import _tabbyapi_subset
+    from autoresearch.champion.minimize import Launch
 
     plan, study, db, url = study_copy
     monkeypatch.setattr(_Launcher, "_bench", lambda _self, config, label: RecordedLaunches(db)(config, label))
@@ -142,7 +142,7 @@ def test_a_baseline_champion_is_not_minimized(study_copy):
 
 
 def test_minimize_is_on_with_a_model_off_when_asked_and_its_launch_counts_must_be_positive(tmp_path, monkeypatch):
-    from autoresearch.errors import PlanError
+    from autoresearch.ground.errors import PlanError
     from serving.synthetic.exl3 import QWEN38_27B, write_exl3_checkpoint
 
     checkpoint = write_exl3_checkpoint(tmp_path / "q27", QWEN38_27B, sparse=True)  # headers only: nothing launches
@@ -196,7 +196,7 @@ def _as_stored_before_both_subsets(url: str, study: optuna.Study) -> dict:
 def test_a_minimization_stored_before_both_subsets_were_measured_replays_its_launches_under_todays_rule(
         tmp_path, monkeypatch):
     """The real levers study (examples/real-0.5b-levers) as stored before both subsets were measured: its stored
-    launches replay under autoresearch.faster's rule, which calls a removal slower when a point is slower beyond
+    launches replay under autoresearch.measures.faster's rule, which calls a removal slower when a point is slower beyond
     its floor. Removing max_chunk_size left request time 'same' (decode-heavy) but prefill at 0.46x [0.29, 0.68]:
     the old rule removed it, today's refuses, and the path goes on in fresh launches (a test double answers them
     with the study's own stored bench record of the champion, so what they decide is the double's). The minimal
@@ -236,9 +236,9 @@ def test_the_levers_study_as_measured_on_the_device_needs_no_launch_and_exports_
 def test_the_confirmed_champions_tabbyapi_subset_is_written_only_when_shown_faster_than_the_minimals():
     """Before: the subset with the shorter median request time was chosen, however small the gap against the
     noise; now the confirmed champion's subset must be shown faster than the minimal champion's."""
-    from autoresearch.minimal_champion import _tabbyapi_subset
-    from autoresearch.minimize import Launch
-    from autoresearch.tabbyapi import expressible_subset
+    from autoresearch.champion.minimal_champion import _tabbyapi_subset
+    from autoresearch.champion.minimize import Launch
+    from autoresearch.champion.tabbyapi import expressible_subset
     from serving.config import ServingConfig
 
     champion = ServingConfig.from_dict({"engine": "exllamav3", "args": {

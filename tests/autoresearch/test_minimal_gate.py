@@ -1,4 +1,4 @@
-"""The minimal champion is judged like a candidate before export may write it (autoresearch.minimal_gate).
+"""The minimal champion is judged like a candidate before export may write it (autoresearch.champion.minimal_gate).
 
 Real parts: Optuna, the results store, the gate (eval.gate_candidate), the baseline's stored evidence
 (tests.autoresearch.stage_env) and export. Test doubles at the outside boundary only: the launcher
@@ -12,11 +12,11 @@ import dataclasses
 
 import pytest
 
-import autoresearch.minimal_gate as minimal_gate
-from autoresearch.change_costs import MINIMIZATION_ATTR
-from autoresearch.export import _exported_config
-from autoresearch.minimal_gate import gate_minimal
-from autoresearch.minimize import Minimization
+import autoresearch.champion.minimal_gate as minimal_gate
+from autoresearch.champion.change_costs import MINIMIZATION_ATTR
+from autoresearch.champion.export import _exported_config
+from autoresearch.champion.minimal_gate import gate_minimal
+from autoresearch.champion.minimize import Minimization
 from eval.fidelity import load_fidelity_measurement
 from eval.records import FidelityMetrics
 from search_space import config_from_params
@@ -59,7 +59,7 @@ def _exported(env, capsys):
 
 
 def _minimized(env, champion_changes: dict, minimal_changes: dict) -> Minimization:
-    """A minimization as minimize_champion stores it (its launches are autoresearch.minimize's tests')."""
+    """A minimization as minimize_champion stores it (its launches are autoresearch.champion.minimize's tests')."""
     champion = config_from_params(env.space, env.params(champion_changes))
     minimal = config_from_params(env.space, env.params(minimal_changes))
     result = Minimization(changes=(), costs={}, carried={}, unremovable={}, attempts=(), kept=tuple(minimal_changes),
@@ -71,7 +71,7 @@ def _minimized(env, champion_changes: dict, minimal_changes: dict) -> Minimizati
 
 def test_a_lossless_minimal_champion_passes_with_one_decision_row_and_export_writes_it(env, monkeypatch, capsys):
     launcher = FakeLauncher()
-    monkeypatch.setattr("autoresearch.servers.serve", launcher.serve)
+    monkeypatch.setattr("autoresearch.ground.servers.serve", launcher.serve)
     labels = _scripted_fidelity(env, monkeypatch, LOSSLESS)
     result = _minimized(env, {"max_chunk_size": 4096, "prefill_cooldown": 3}, {"max_chunk_size": 4096})
 
@@ -93,7 +93,7 @@ def test_a_lossless_minimal_champion_passes_with_one_decision_row_and_export_wri
 
 def test_a_minimal_champion_that_loses_fidelity_fails_and_export_keeps_the_confirmed_champion(env, monkeypatch,
                                                                                               tmp_path, capsys):
-    monkeypatch.setattr("autoresearch.servers.serve", FakeLauncher().serve)
+    monkeypatch.setattr("autoresearch.ground.servers.serve", FakeLauncher().serve)
     labels = _scripted_fidelity(env, monkeypatch, BROKEN)
     result = _minimized(env, {"max_chunk_size": 4096, "prefill_cooldown": 3}, {"prefill_cooldown": 3})
 
@@ -112,7 +112,7 @@ def test_a_minimal_champion_whose_launch_fails_did_not_pass(env, monkeypatch):
     result = _minimized(env, {"max_chunk_size": 4096, "prefill_cooldown": 3}, {"max_chunk_size": 4096})
     launcher = FakeLauncher(fails={result.minimal.digest: ServerCrashed("exited with -11",
                                                                         log_tail="Segmentation fault")})
-    monkeypatch.setattr("autoresearch.servers.serve", launcher.serve)
+    monkeypatch.setattr("autoresearch.ground.servers.serve", launcher.serve)
     labels = _scripted_fidelity(env, monkeypatch, LOSSLESS)
 
     verdict = gate_minimal(env.plan, env.study, env.db, env.store, None, result)
@@ -136,7 +136,7 @@ class _TierThatCannotLaunch:
 
 def test_a_minimal_champion_whose_task_tier_cannot_launch_leaves_one_row_saying_why(env, monkeypatch):
     """Before: fidelity passed (its row not saved, as a tier followed), the tier failed to launch: no row at all."""
-    monkeypatch.setattr("autoresearch.servers.serve", FakeLauncher().serve)
+    monkeypatch.setattr("autoresearch.ground.servers.serve", FakeLauncher().serve)
     labels = _scripted_fidelity(env, monkeypatch, LOSSLESS)
     result = _minimized(env, {"max_chunk_size": 4096, "prefill_cooldown": 3}, {"max_chunk_size": 4096})
 
@@ -149,7 +149,7 @@ def test_a_minimal_champion_whose_task_tier_cannot_launch_leaves_one_row_saying_
 
 
 class _Tier:
-    """The task tier's seam (autoresearch.judging.TierRunner.judge), recording what it was asked to judge."""
+    """The task tier's seam (autoresearch.checks.judging.TierRunner.judge), recording what it was asked to judge."""
 
     def __init__(self, env, passed: bool):
         self.env, self.passed, self.calls = env, passed, []
@@ -171,7 +171,7 @@ class _Tier:
 
 @pytest.mark.parametrize("tasks_pass", [True, False])
 def test_with_a_suite_the_task_tier_judges_it_under_its_own_name_after_fidelity(env, monkeypatch, tasks_pass):
-    monkeypatch.setattr("autoresearch.servers.serve", FakeLauncher().serve)
+    monkeypatch.setattr("autoresearch.ground.servers.serve", FakeLauncher().serve)
     _scripted_fidelity(env, monkeypatch, LOSSLESS)
     result = _minimized(env, {"max_chunk_size": 4096, "prefill_cooldown": 3}, {"max_chunk_size": 4096})
     tier = _Tier(env, passed=tasks_pass)
@@ -190,7 +190,7 @@ def test_with_a_suite_the_task_tier_judges_it_under_its_own_name_after_fidelity(
 
 
 def test_with_a_suite_a_fidelity_failure_is_the_last_tier_and_saves_the_one_row(env, monkeypatch):
-    monkeypatch.setattr("autoresearch.servers.serve", FakeLauncher().serve)
+    monkeypatch.setattr("autoresearch.ground.servers.serve", FakeLauncher().serve)
     labels = _scripted_fidelity(env, monkeypatch, BROKEN)
     result = _minimized(env, {"max_chunk_size": 4096, "prefill_cooldown": 3}, {"max_chunk_size": 4096})
     tier = _Tier(env, passed=True)
@@ -203,9 +203,9 @@ def test_with_a_suite_a_fidelity_failure_is_the_last_tier_and_saves_the_one_row(
 
 def test_the_tabbyapi_subset_export_writes_is_judged_like_a_candidate_and_its_verdict_stored(env, monkeypatch):
     """Before: the subset TabbyAPI runs (the settings it cannot express dropped) was measured for speed only."""
-    from autoresearch.minimal_gate import gate_tabbyapi_subset
+    from autoresearch.champion.minimal_gate import gate_tabbyapi_subset
 
-    monkeypatch.setattr("autoresearch.servers.serve", FakeLauncher().serve)
+    monkeypatch.setattr("autoresearch.ground.servers.serve", FakeLauncher().serve)
     labels = _scripted_fidelity(env, monkeypatch, BROKEN)  # the dropped setting was holding the model together
     result = _minimized(env, {"max_chunk_size": 4096, "prefill_cooldown": 3}, {"max_chunk_size": 4096})
     subset = config_from_params(env.space, env.params({"prefill_cooldown": 3}))

@@ -1,4 +1,4 @@
-"""The removal order and the stop rule of autoresearch.minimize, on scripted measurements.
+"""The removal order and the stop rule of autoresearch.champion.minimize, on scripted measurements.
 
 ScriptedLaunches is a test double for the GPU: it answers each launch from a table keyed by the
 settings the launched config lacks (relative to the champion), with a small alternating launch noise.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from autoresearch.minimize import Launch, MinimizeError, changes_of, launch_bound, minimize, without
+from autoresearch.champion.minimize import Launch, MinimizeError, changes_of, launch_bound, minimize, without
 from serving.config import ServingConfig
 
 BASELINE = ServingConfig.from_dict({"engine": "exllamav3"})
@@ -115,7 +115,7 @@ def test_an_unmeasured_champion_is_an_error_and_an_unmeasured_removal_is_kept():
 
 
 def test_the_record_survives_a_round_trip():
-    from autoresearch.minimize import Minimization
+    from autoresearch.champion.minimize import Minimization
 
     result = minimize(CHAMPION, BASELINE, ScriptedLaunches(_drafting_matters()), launches=2)
     assert Minimization.from_dict(result.to_dict()) == result

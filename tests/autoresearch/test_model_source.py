@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch.model_source import materialize
+from autoresearch.ground.model_source import materialize
 
 _RESOLVE = """
 import json, sys
 from pathlib import Path
-from autoresearch.model_source import resolve_model
+from autoresearch.ground.model_source import resolve_model
 cache = Path(sys.argv[1])
 model = resolve_model(None, locks_dir=cache, cache_dir=cache)
 print(json.dumps({"path": str(model.path), "hash": model.manifest_hash}))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import optuna
 
-from autoresearch.clock import NIGHT_KEY
-from autoresearch.stages import FINALISTS, MINIMIZE, TASKS
+from autoresearch.ground.stages import FINALISTS, MINIMIZE, TASKS
+from autoresearch.night.clock import NIGHT_KEY
 from eval import GatePolicy
 from eval.task_decision import TaskPolicy
 

@@ -9,9 +9,11 @@ import math
 import optuna
 import pytest
 
-from autoresearch.errors import Unmeasured
-from autoresearch.finalists import judge_finalist, median_objectives
-from autoresearch.objectives import (
+from autoresearch.crown.finalists import judge_finalist, median_objectives
+from autoresearch.ground.errors import Unmeasured
+from autoresearch.ground.ranked_by import GEOMEAN, RANKED_BY
+from autoresearch.ground.study import CONSTRAINTS
+from autoresearch.measures.objectives import (
     NOT_MEASURED,
     dominated_by,
     geometric_mean,
@@ -19,9 +21,8 @@ from autoresearch.objectives import (
     objectives_from_bench,
     speedup_score,
 )
-from autoresearch.ranking import Ranking
-from autoresearch.request_time import GEOMEAN, RANKED_BY, RequestKind, RequestMix
-from autoresearch.study import CONSTRAINTS
+from autoresearch.measures.ranking import Ranking
+from autoresearch.measures.request_time import RequestKind, RequestMix
 from bench import (
     BenchResult,
     DecodePoint,

@@ -7,8 +7,8 @@ import optuna
 import pytest
 
 import serving.errors
-from autoresearch.outcome import TrialOutcome
-from autoresearch.snapshot import _stopped
+from autoresearch.ground.outcome import TrialOutcome
+from autoresearch.report.snapshot import _stopped
 
 
 def _launch_errors(cls=serving.errors.LaunchError):

@@ -17,14 +17,15 @@ import optuna
 import pytest
 from optuna.samplers._tpe.sampler import _get_infeasible_trial_score
 
-from autoresearch.finalists import select_finalists
-from autoresearch.judging import PENDING, TierRunner
-from autoresearch.objectives import NOT_MEASURED
-from autoresearch.outcome import TrialOutcome
-from autoresearch.ranking import Ranking
-from autoresearch.study import CONSTRAINTS, constraints_of, feasible, tasks_pending
-from autoresearch.trial import OK, TrialRunner, _Record
-from autoresearch.verdicts import record_task_verdict
+from autoresearch.checks.judging import PENDING, TierRunner
+from autoresearch.checks.verdicts import record_task_verdict
+from autoresearch.crown.finalists import select_finalists
+from autoresearch.ground.outcome import TrialOutcome
+from autoresearch.ground.study import CONSTRAINTS, OK, constraints_of, feasible, tasks_pending
+from autoresearch.measures.objectives import NOT_MEASURED
+from autoresearch.measures.ranking import Ranking
+from autoresearch.trial.record import TrialRecord
+from autoresearch.trial.runner import TrialRunner
 from eval.decision import GateDecision
 from eval.gate import GateRecord
 
@@ -57,7 +58,7 @@ def _trial(study: optuna.Study, values: tuple[float, float], ending, role: str =
     trial.set_user_attr("role", role)
     trial.set_user_attr("decode_tok_per_s", values[0])  # as the runner stores them before fidelity
     trial.set_user_attr("prefill_tok_per_s", values[1])
-    record = _Record(trial)
+    record = TrialRecord(trial)
     record.constraints.update(fits=OK, launch_ok=OK, measured=OK)
     told = ending(record)
     record.close()

@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from autoresearch.progress import Progress
+from autoresearch.night.progress import Progress
 
 
 class Clock:

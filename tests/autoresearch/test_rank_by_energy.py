@@ -8,12 +8,13 @@ import dataclasses
 
 import pytest
 
-from autoresearch.energy import ENERGY_RATES
-from autoresearch.errors import PlanError
-from autoresearch.finalists import confirm_finalists, load_champion
-from autoresearch.ranking import objective_rates, save_request_mix, settle_ranked_by
-from autoresearch.request_time import ENERGY_RANKED, RANKED_BY, RequestMix
-from autoresearch.study import open_study
+from autoresearch.crown.finalists import confirm_finalists, load_champion
+from autoresearch.ground.errors import PlanError
+from autoresearch.ground.ranked_by import ENERGY_RANKED, RANKED_BY, settle_ranked_by
+from autoresearch.ground.study import open_study
+from autoresearch.measures.energy import ENERGY_RATES
+from autoresearch.measures.ranking import objective_rates, save_request_mix
+from autoresearch.measures.request_time import RequestMix
 from bench import noise_floor
 
 from .fakes import FakeLauncher, bench_result
@@ -159,8 +160,8 @@ def test_energy_ranking_is_refused_where_bench_reads_no_gpu_and_with_the_minimiz
 @pytest.mark.parametrize("rank_by", ["time", "energy"])
 def test_results_md_says_what_ranked_and_shows_the_other_measure_of_the_champion(tmp_path, small_model, monkeypatch,
                                                                                  rank_by):
-    from autoresearch.report import render
-    from autoresearch.snapshot import read_snapshot
+    from autoresearch.report.results_md import render
+    from autoresearch.report.snapshot import read_snapshot
 
     env = StageEnv.make(tmp_path, small_model, finalists=2, finalist_launches=2)
     trials = _study(env, rank_by)

@@ -1,6 +1,6 @@
 """Finalists and the champion follow the study's one number: request time, or an older study's geometric mean.
 
-The study, the results store and the decisions are real (Optuna on SQLite, autoresearch.finalists);
+The study, the results store and the decisions are real (Optuna on SQLite, autoresearch.crown.finalists);
 the finalists' fresh launches are scripted bench results (the launch is the outside boundary).
 """
 
@@ -9,13 +9,14 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from autoresearch import finalists
-from autoresearch.db import ResultsDB
-from autoresearch.model_source import ResolvedModel
-from autoresearch.plan import RunPlan
-from autoresearch.ranking import RATES, Ranking, mark_ranked_by_request_time, save_request_mix
-from autoresearch.request_time import GEOMEAN, RANKED_BY, RequestKind, RequestMix
-from autoresearch.study import CONSTRAINTS
+from autoresearch.crown import finalists
+from autoresearch.ground.db import ResultsDB
+from autoresearch.ground.model_source import ResolvedModel
+from autoresearch.ground.plan import RunPlan
+from autoresearch.ground.ranked_by import GEOMEAN, RANKED_BY, mark_ranked_by_request_time
+from autoresearch.ground.study import CONSTRAINTS
+from autoresearch.measures.ranking import RATES, Ranking, save_request_mix
+from autoresearch.measures.request_time import RequestKind, RequestMix
 
 from .test_objectives import _result
 
@@ -129,12 +130,12 @@ def test_a_trial_without_stored_rates_is_left_out_of_the_ranking_not_given_a_num
 
 
 def test_a_measured_trial_stores_its_rates_and_request_time_speed_up_for_the_dashboard():
-    from autoresearch.trial import _record_request_time
+    from autoresearch.trial.record import record_request_time
 
     base = _result({8192: [1000.0] * 3}, {(1024, "math"): [40.0] * 3})  # answers unknown: the plan's 10 tokens
     faster = _result({8192: [2000.0] * 3}, {(1024, "math"): [44.0] * 3})
     trial = optuna.trial.FixedTrial({})
-    _record_request_time(trial, faster, base)
+    record_request_time(trial, faster, base)
     assert trial.user_attrs[RATES] == pytest.approx(_rates(DECODE_1_1X) | {"prefill_tok_per_s_server@8192": 2000.0})
     prompt, answer = 1000.0, 10.0  # the decode point's prompt, and the assumed answer
     expected = (prompt / 1000.0 + answer / 40.0) / (prompt / 2000.0 + answer / 44.0)

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import optuna
 
-from autoresearch.db import ResultsDB
-from autoresearch.report import render_section
-from autoresearch.snapshot import read_finalists, read_measured, read_task_tier
+from autoresearch.ground.db import ResultsDB
+from autoresearch.report.results_md import render_section
+from autoresearch.report.snapshot import read_finalists, read_measured, read_task_tier
 
 
 def _gpu(uuid: str) -> dict:
@@ -105,7 +105,7 @@ def test_the_task_tier_reports_every_paired_test_with_its_power(tmp_path):
 
 
 def test_the_guard_states_what_each_taskset_can_detect_and_never_merges_or_accepts(tmp_path):
-    from autoresearch.snapshot import TasksetRow
+    from autoresearch.report.records import TasksetRow
     from eval import EvalStore, GatePolicy, TaskPolicy, compare_taskset, decide
     from tests.eval.test_guard import _paired
 
@@ -132,7 +132,7 @@ def test_the_guard_states_what_each_taskset_can_detect_and_never_merges_or_accep
 
 
 def test_decode_per_kind_shows_each_point_its_weight_and_the_champions_acceptance(tmp_path):
-    from autoresearch.per_kind import read_decode_by_kind
+    from autoresearch.report.per_kind import read_decode_by_kind
 
     db = ResultsDB(f"sqlite:///{tmp_path / 'results.db'}")
     plan = {"workload": {"name": "suite-offline", "sha256": "ab" * 32, "weights": {"rg-math": 0.75, "rg-logic": 0.25}},
@@ -193,7 +193,7 @@ def test_a_smoke_task_tier_is_said_at_the_top():
 
 
 def test_the_lazy_baselines_row_says_how_far_it_answered_for_later_judgments(tmp_path):
-    from autoresearch.snapshot import _baseline_tasksets
+    from autoresearch.report.snapshot import _baseline_tasksets
     from eval.records import SuiteResult, TasksetResult
     from eval.store import EvalStore
 

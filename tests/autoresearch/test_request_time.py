@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from autoresearch.errors import Unmeasured
-from autoresearch.objectives import speedup_score
-from autoresearch.request_time import RequestKind, RequestMix, median_headline, prefill_rate_at
+from autoresearch.ground.errors import Unmeasured
+from autoresearch.measures.objectives import speedup_score
+from autoresearch.measures.request_time import RequestKind, RequestMix, median_headline, prefill_rate_at
 from bench import BenchResult, DecodePoint, PrefillPoint, RequestResult, RequestSpec, ServerProfile
 
 

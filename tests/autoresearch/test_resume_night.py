@@ -15,8 +15,8 @@ import time
 import optuna
 import pytest
 
-from autoresearch.db import ResultsDB
-from autoresearch.outcome import TrialOutcome
+from autoresearch.ground.db import ResultsDB
+from autoresearch.ground.outcome import TrialOutcome
 from eval import GatePolicy
 from eval.task_decision import TaskPolicy
 

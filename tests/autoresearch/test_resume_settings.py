@@ -9,8 +9,8 @@ import dataclasses
 import optuna
 import pytest
 
-from autoresearch.errors import PlanError
-from autoresearch.study import open_study
+from autoresearch.ground.errors import PlanError
+from autoresearch.ground.study import open_study
 from eval import ProbeSetConfig
 
 from .stage_env import GIB, StageEnv

@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
-from autoresearch import servers
-from autoresearch.errors import PortUnavailable
+from autoresearch.ground import servers
+from autoresearch.ground.errors import PortUnavailable
 from serving.config import ServingConfig
 from serving.errors import LaunchError
 

@@ -13,11 +13,11 @@ import uuid
 import optuna
 import pytest
 
-from autoresearch.db import ResultsDB
-from autoresearch.outcome import TrialOutcome
-from autoresearch.progress import Progress
-from autoresearch.study import open_study
-from autoresearch.trial import TrialRunner
+from autoresearch.ground.db import ResultsDB
+from autoresearch.ground.outcome import TrialOutcome
+from autoresearch.ground.study import open_study
+from autoresearch.night.progress import Progress
+from autoresearch.trial.runner import TrialRunner
 from eval import EvalStore
 
 from .fakes import FakeLauncher

@@ -17,7 +17,7 @@ import uuid
 import optuna
 import pytest
 
-from autoresearch.db import ResultsDB
+from autoresearch.ground.db import ResultsDB
 
 from .conftest import FAST, loop_env
 

@@ -58,7 +58,7 @@ def test_a_read_only_copy_of_a_study_reports(tmp_path):
 
 
 def test_a_claim_is_taken_once_and_names_its_holder(tmp_path):
-    from autoresearch.db import ResultsDB
+    from autoresearch.ground.db import ResultsDB
 
     first, second = ResultsDB(f"sqlite:///{tmp_path / 'r.db'}"), ResultsDB(f"sqlite:///{tmp_path / 'r.db'}")
     assert first.claim(study="s", what="confirm finalists", key="after 4", worker="a:1") is None
@@ -72,8 +72,8 @@ def test_a_claim_held_by_a_killed_worker_is_taken_over_once(tmp_path):
     import subprocess
     import sys
 
-    from autoresearch.db import ResultsDB
-    from autoresearch.plan import worker_gone
+    from autoresearch.ground.db import ResultsDB
+    from autoresearch.ground.plan import worker_gone
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_name = f"{socket.gethostname()}:{dead.stdout.strip()}"

@@ -17,8 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from autoresearch import sweep
-from autoresearch.sweep import run_sweep
+from autoresearch.trial import sweep
+from autoresearch.trial.sweep import run_sweep
 from eval.decision import FidelityPolicy
 from eval.errors import MissingReference
 from eval.store import EvalStore
@@ -50,7 +50,7 @@ def calls(monkeypatch):
         log.append(f"launch {log_path.stem}")
         yield SimpleNamespace(url=log_path.stem)
 
-    monkeypatch.setattr("autoresearch.servers.serve", serve)
+    monkeypatch.setattr("autoresearch.ground.servers.serve", serve)
     monkeypatch.setattr(sweep, "capture_reference", lambda url, probes, **kw: log.append(f"capture@{url}") or "ref")
     monkeypatch.setattr(sweep, "measure_fidelity",
                         lambda url, ref, **kw: log.append(f"floor@{url}:{kw['label']}") or "floor")

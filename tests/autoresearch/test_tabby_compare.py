@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from autoresearch.__main__ import main
-from autoresearch.request_time import RequestKind, RequestMix
+from autoresearch.measures.request_time import RequestKind, RequestMix
 
 from .test_objectives import _result
 from .test_tabbyapi_export import validate
@@ -106,8 +106,8 @@ def test_a_side_without_a_measured_launch_gets_no_ratio(tmp_path):
 def test_prepare_runs_the_subset_the_minimization_measured_faster_on_our_server_too(work, tmp_path):
     """When the confirmed champion's expressible subset was measured faster than the minimal champion's, export
     writes it for TabbyAPI while champion.json stays the minimal champion: the subset arm runs the same config."""
-    from autoresearch.change_costs import MINIMIZATION_ATTR
-    from autoresearch.tabbyapi import expressible_subset
+    from autoresearch.champion.change_costs import MINIMIZATION_ATTR
+    from autoresearch.champion.tabbyapi import expressible_subset
     from serving.config import ServingConfig
 
     url = f"sqlite:///{work / 'results.db'}"

@@ -1,5 +1,5 @@
 """The TabbyAPI export: config.yml keys and value forms checked against TabbyAPI's own schema, encoded from its
-public source in autoresearch/tabbyapi_config_schema.json (not by importing TabbyAPI), and what it cannot express."""
+public source in autoresearch/champion/tabbyapi_config_schema.json (not by importing TabbyAPI), and what it cannot express."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from autoresearch.__main__ import main
-from autoresearch.tabbyapi import expressible_subset, to_tabbyapi
-from autoresearch.tabbyapi_schema import config_problems
+from autoresearch.champion.tabbyapi import expressible_subset, to_tabbyapi
+from autoresearch.champion.tabbyapi_schema import config_problems
 from serving.config import ServingConfig
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "real-0.5b-own-answers" / "results.db"
@@ -159,8 +159,8 @@ def test_a_tabbyapi_config_whose_configuration_passed_its_gate_is_exported_sayin
 
 def test_a_written_config_with_a_key_tabbyapi_would_drop_is_refused_on_reading_it_back(tmp_path, monkeypatch, capsys):
     """TabbyAPI ignores a key it does not declare without a word: export reads its file back and says so."""
-    import autoresearch.export as export_module
-    from autoresearch.tabbyapi import TabbyExport
+    import autoresearch.champion.export as export_module
+    from autoresearch.champion.tabbyapi import TabbyExport
 
     real = export_module.to_tabbyapi
 
@@ -184,9 +184,9 @@ def _with_minimization(tmp_path, *, gate: dict | None) -> tuple[str, dict]:
     drafting is worth 25%, the 8K chunk 4%, every other change nothing)."""
     import optuna
 
-    from autoresearch.change_costs import MINIMIZATION_ATTR
-    from autoresearch.minimize import Launch, changes_of, minimize
-    from autoresearch.tabbyapi import expressible_subset
+    from autoresearch.champion.change_costs import MINIMIZATION_ATTR
+    from autoresearch.champion.minimize import Launch, changes_of, minimize
+    from autoresearch.champion.tabbyapi import expressible_subset
 
     db = tmp_path / "results.db"
     shutil.copy(EXAMPLE, db)
@@ -229,7 +229,7 @@ def test_export_writes_the_minimal_champion_once_it_passed_the_gate(tmp_path, ca
 def test_an_ungated_minimal_champion_is_not_exported_until_its_gate_is_recorded(tmp_path, capsys):
     import optuna
 
-    from autoresearch.minimal_champion import record_gate
+    from autoresearch.champion.minimal_champion import record_gate
 
     url, _ = _with_minimization(tmp_path, gate=None)
     out = tmp_path / "champion.json"

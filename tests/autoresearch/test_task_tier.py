@@ -1,4 +1,4 @@
-"""The lazy baseline and the judgments against it, decided where they are made (autoresearch.task_tier).
+"""The lazy baseline and the judgments against it, decided where they are made (autoresearch.checks.task_tier).
 
 The model servers and verifiers' rollouts are the outside boundary here: `ScriptedAnswers` is a test double
 that answers each chunk the way the worker does (eval.dispatch: the tasks not answered yet in run order,
@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from autoresearch.errors import BaselineUnmeasured
-from autoresearch.forecast import expected_walk, quiet_walk
-from autoresearch.task_tier import TaskTier, first_answers, first_walk
+from autoresearch.checks.task_tier import TaskTier, first_answers, first_walk
+from autoresearch.ground.errors import BaselineUnmeasured
 from eval.decision import TaskPolicy
 from eval.dispatch import answer_in_order
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
 from eval.traces import TraceTail, summarize_episodes
+from eval.walks import expected_walk, quiet_walk
 
 SUITE = get_suite("offline")  # two tasksets of 600 planned tasks, 8 requests in flight
 POLICY = TaskPolicy()
@@ -295,7 +295,7 @@ def _finalist(number: int, tier: str | None):
 
 
 def test_who_is_judged_fastest_qualified_finalist_first_until_one_passes():
-    from autoresearch.finalists import _judge_tasks
+    from autoresearch.crown.finalists import _judge_tasks
 
     finalists = [_finalist(n, "pending") for n in (1, 2, 3, 4)]
     verdicts = {1: {"qualified": True, "speedup": 1.2}, 2: {"qualified": True, "speedup": 1.5},
@@ -317,7 +317,7 @@ def test_who_is_judged_fastest_qualified_finalist_first_until_one_passes():
 
 
 def test_no_finalist_is_crowned_when_none_passes_and_judged_in_trial_needs_no_second_judgment():
-    from autoresearch.finalists import _judge_tasks
+    from autoresearch.crown.finalists import _judge_tasks
 
     verdicts = {1: {"qualified": True, "speedup": 1.3}, 2: {"qualified": True, "speedup": 1.2}}
     _judge_tasks([_finalist(1, "pending"), _finalist(2, "pending")], verdicts,

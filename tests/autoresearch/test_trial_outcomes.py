@@ -9,14 +9,14 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autoresearch.db import ResultsDB
-from autoresearch.model_source import ResolvedModel, resolve_model
-from autoresearch.objectives import NOT_MEASURED
-from autoresearch.plan import RunPlan, default_bench_plan, default_probe_config
-from autoresearch.progress import Progress
-from autoresearch.study import open_study
-from autoresearch.trial import TrialRunner
-from autoresearch.workload import suite_workload
+from autoresearch.ground.db import ResultsDB
+from autoresearch.ground.model_source import ResolvedModel, resolve_model
+from autoresearch.ground.plan import RunPlan, default_bench_plan, default_probe_config
+from autoresearch.ground.study import open_study
+from autoresearch.ground.workload import suite_workload
+from autoresearch.measures.objectives import NOT_MEASURED
+from autoresearch.night.progress import Progress
+from autoresearch.trial.runner import TrialRunner
 from eval import EvalStore, GatePolicy
 from eval.decision import TaskPolicy
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
@@ -88,7 +88,7 @@ def test_out_of_memory_is_recorded_with_its_reason_and_the_loop_goes_on(tmp_path
     model = resolve_model(None, locks_dir=tmp_path / "locks", cache_dir=Path(embedded_study.env["AUTORESEARCH_CACHE"]))
     plan = _plan(tmp_path, model, "transformers", study_name=name, trials=10,
                  host_memory_limit_bytes=200 * 1024**2)  # below what the server needs to import torch
-    # A resumed study refuses a new memory limit (autoresearch.study): here the copy is told it was measured
+    # A resumed study refuses a new memory limit (autoresearch.ground.study): here the copy is told it was measured
     # under this one, as a study whose baseline fitted and whose later candidates need more would be.
     stored = optuna.load_study(study_name=name, storage=plan.storage_url)
     stored.set_user_attr("settings", {**stored.user_attrs["settings"], "--host-memory-limit": 200 * 1024**2})

@@ -6,10 +6,10 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from autoresearch.baseline import load_baseline
-from autoresearch.objectives import NOT_MEASURED
-from autoresearch.outcome import TrialOutcome
-from autoresearch.study import CONSTRAINTS, feasible
+from autoresearch.ground.outcome import TrialOutcome
+from autoresearch.ground.study import CONSTRAINTS, feasible
+from autoresearch.measures.baseline import load_baseline
+from autoresearch.measures.objectives import NOT_MEASURED
 from bench.metrics import Metric
 from serving.errors import OutOfMemoryAtLoad, ServerCrashed
 

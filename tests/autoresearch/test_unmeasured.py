@@ -15,9 +15,9 @@ import optuna
 import pytest
 
 from autoresearch.__main__ import main
-from autoresearch.model_source import resolve_model
-from autoresearch.objectives import NOT_MEASURED
-from autoresearch.trial import TrialRunner
+from autoresearch.ground.model_source import resolve_model
+from autoresearch.measures.objectives import NOT_MEASURED
+from autoresearch.trial.runner import TrialRunner
 from tests.bench.fakes import PrefixCachingFakeServer
 
 from .test_trial_outcomes import _plan, _runner

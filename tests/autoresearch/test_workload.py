@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autoresearch.workload import suite_workload
+from autoresearch.ground.workload import suite_workload
 from eval.errors import EvalConfigError
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
 from eval.tasksets.logic import task_rows

@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from autoresearch.__main__ import main
-from autoresearch.db import ResultsDB
+from autoresearch.ground.db import ResultsDB
 from eval.store import EvalStore
 from results.migrate import VERSION_TABLE, head_revision
 from results.schema import metadata

@@ -1,0 +1,165 @@
+"""The champion as a serving config: this project's, or TabbyAPI's config.yml + exl3.env.
+
+`export` writes the minimal champion (autoresearch.champion.minimize) once it has passed the gate, else the
+confirmed champion; `--full-champion` always writes the confirmed one. The TabbyAPI export says, in its
+files' header and on the terminal, whether what TabbyAPI runs passed the gate (the subset of settings
+it can express is judged by the loop like any candidate), and checks its config.yml against
+TabbyAPI's schema once written."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import optuna
+import yaml
+
+from autoresearch.champion.change_costs import (
+    MINIMIZATION_ATTR,
+    SUBSET_OF,
+    cost_text,
+    signed_change,
+    tried_subsets,
+)
+from autoresearch.champion.minimize import Cost, Minimization
+from autoresearch.champion.tabbyapi import TabbyExport, expressible_subset, to_tabbyapi
+from autoresearch.champion.tabbyapi_schema import config_problems
+from autoresearch.crown.finalists import load_champion
+from autoresearch.ground.errors import StudyError
+from autoresearch.ground.outputs import EXPORT_DEFAULTS
+from autoresearch.ground.plan import RunPlan
+from autoresearch.ground.ranked_by import ranking_label
+from autoresearch.ground.study import load_stored_study, model_is_hybrid
+from serving.config import ServingConfig
+
+__all__ = ["export_champion"]
+
+
+def _exported_config(study: optuna.Study, champion: dict, *, full: bool) -> tuple[ServingConfig, str, Minimization | None]:
+    """The config `export` writes: the minimal champion once it passed the gate, else the confirmed one."""
+    config = ServingConfig.from_dict(champion["config"])  # validated before anyone serves it
+    who = "the baseline" if champion["is_baseline"] else f"trial {champion['trial']}"
+    stored = study.user_attrs.get(MINIMIZATION_ATTR)
+    minimization = Minimization.from_dict(stored) if stored else None
+    if minimization is None or full:
+        return config, f"{who} (the confirmed champion)", minimization
+    gate = minimization.extra.get("gate")
+    if gate is None or not gate["passed"]:
+        why = "its gate has not been run" if gate is None else f"it failed the gate: {gate['reason']}"
+        print(f"the minimal champion is not exported: {why}; exporting the confirmed champion", file=sys.stderr)
+        return config, f"{who} (the confirmed champion)", minimization
+    kept = len(minimization.kept)
+    return minimization.minimal, f"the minimal champion ({kept} of {who}'s {len(minimization.changes)} changes)", \
+        minimization
+
+
+def export_champion(plan: RunPlan, out: Path | None, *, fmt: str = "serving", full: bool = False) -> int:
+    """Write the champion as this project's serving config (`serving`) or as TabbyAPI's files (`tabbyapi`)."""
+    study = load_stored_study(plan)
+    champion = load_champion(study)
+    if champion is None:
+        raise StudyError(f"study {plan.study_name} has no champion yet: the loop decides it after its last trial")
+    config, who, minimization = _exported_config(study, champion, full=full)
+    if fmt == "tabbyapi":
+        best = (minimization.extra.get("tabbyapi_subset") or {}) if minimization else {}
+        if best.get("of") == "champion" and best.get("cost"):  # measured faster for TabbyAPI than the minimal's
+            config = ServingConfig.from_dict(champion["config"])
+            who = (f"trial {champion['trial']} (the confirmed champion: of what TabbyAPI can express, its changes "
+                   "were measured faster than the minimal champion's)")
+        return _export_tabbyapi(plan, study, config, who, minimization, out or EXPORT_DEFAULTS["tabbyapi"], champion)
+    out = out or EXPORT_DEFAULTS["serving"]
+    out.write_text(config.to_json() + "\n")
+    print(f"wrote {out}: {who}, decode {champion['decode_tok_per_s']:.2f} tok/s, prefill "
+          f"{champion['prefill_tok_per_s']:.1f} tok/s ({champion['speedup']:.3f}x the baseline as confirmed, by "
+          f"{ranking_label(champion.get('ranked_by'))})")
+    print(f"serve it:\n  python -m serving --model {plan.model.path} --config {out}")
+    return 0
+
+
+def _tabbyapi_gate(runs: ServingConfig, champion: dict, minimization: Minimization | None) -> tuple[bool, str]:
+    """Whether the configuration TabbyAPI runs passed the gate, and the words that say so (or why not)."""
+    if runs.digest == ServingConfig.from_dict(champion["config"]).digest:
+        return True, ("the baseline, the reference every gate judges against" if champion["is_baseline"]
+                      else "passed: it is the confirmed champion, which passed the gate before it was crowned")
+    verdicts = []
+    if minimization is not None:
+        verdicts.append((minimization.minimal.digest, minimization.extra.get("gate"), "the minimal champion"))
+        subset = minimization.extra.get("tabbyapi_subset") or {}
+        verdicts.append((subset.get("digest"), subset.get("gate"), "the TabbyAPI subset"))
+    for digest, gate, what in verdicts:
+        if digest == runs.digest and gate is not None:
+            return gate["passed"], f"{'passed' if gate['passed'] else 'FAILED'} ({what}'s gate): {gate['reason']}"
+    return False, ("NOT JUDGED: no gate judged what TabbyAPI runs (the settings it cannot express at the values it "
+                   "uses instead); a removal can expose an interaction, so its fidelity and tasks are unknown. The "
+                   "loop judges the subset it measured after minimizing; run it again to judge this one")
+
+
+def _export_tabbyapi(plan: RunPlan, study: optuna.Study, config: ServingConfig, who: str,
+                     minimization: Minimization | None, out: Path, champion: dict) -> int:
+    """Write config.yml, exl3.env and NOT-EXPRESSED.md, each saying whether what TabbyAPI runs passed the gate;
+    config.yml is read back and checked against TabbyAPI's schema (a key it does not know it drops silently).
+
+    Raises:
+        StudyError: the written config.yml holds a key or value TabbyAPI would drop or refuse.
+    """
+    if config.engine != "exllamav3":
+        raise StudyError(f"study {plan.study_name} ran the {config.engine} engine; TabbyAPI serves exllamav3 checkpoints")
+    hybrid = model_is_hybrid(study)
+    export = to_tabbyapi(config, model_path=plan.model.path, hybrid=hybrid)
+    runs = config if export.equivalent else expressible_subset(config, hybrid=hybrid)
+    passed, gate = _tabbyapi_gate(runs, champion, minimization)
+    out.mkdir(parents=True, exist_ok=True)
+    head = (f"# {who} of study {plan.study_name}, exported by `python -m autoresearch export --format tabbyapi`\n"
+            f"# gate of what TabbyAPI runs (config digest {runs.digest[:12]}): {gate}\n")
+    (out / "config.yml").write_text(head + yaml.safe_dump(export.config, sort_keys=False))
+    problems = config_problems(yaml.safe_load((out / "config.yml").read_text()))
+    if problems:
+        raise StudyError(f"{out}/config.yml holds what TabbyAPI would drop or refuse: {'; '.join(problems)}")
+    (out / "exl3.env").write_text(head + "".join(f"{k}={v}\n" for k, v in export.env.items()))
+    lines = _not_expressed(export, config, minimization, hybrid=hybrid)
+    (out / "NOT-EXPRESSED.md").write_text(f"# What TabbyAPI cannot express of {who}\n\n" + "\n".join(lines)
+                                          + f"\n\nGate of what TabbyAPI runs: {gate}\n")
+    print(f"wrote {out}/config.yml, {out}/exl3.env and {out}/NOT-EXPRESSED.md: {who}")
+    print("\n".join(lines))
+    print(f"gate of what TabbyAPI runs: {gate}")
+    if not passed:
+        print(f"warning: {out}/config.yml has not passed the gate: {gate}", file=sys.stderr)
+    print(f"serve it: cp {out}/config.yml <tabbyAPI>/config.yml && env $(grep -v '^#' {out}/exl3.env | xargs) "
+          "python main.py")
+    return 0
+
+
+def _not_expressed(export: TabbyExport, config: ServingConfig, minimization: Minimization | None, *,
+                   hybrid: bool) -> list[str]:
+    """The settings TabbyAPI cannot express with their measured cost, and what TabbyAPI runs instead."""
+    if export.equivalent:
+        return ["TabbyAPI expresses every setting: it runs this configuration (it does not call exllamav3's "
+                "warmup(): discard its first requests when timing it)."]
+    costs = minimization.costs if minimization else {}
+    lines = ["**Not equivalent.** TabbyAPI has no key for these settings and runs the value after the arrow:", ""]
+    for u in export.unexpressed:
+        cost = costs.get(u.field)
+        measured = (f"removing it alone from the champion: request time {signed_change(cost.request, time=True)}, "
+                    f"decode {signed_change(cost.decode)}" if cost else "its cost was not measured (no minimization "
+                    "removed it alone)")
+        lines.append(f"- `{u.field}={u.value}` -> `{u.tabby_runs}` ({u.why}); {measured}")
+    subset = expressible_subset(config, hybrid=hybrid)
+    stored = (minimization.extra.get("tabbyapi_subset") or {}) if minimization else {}
+    tried = tried_subsets(stored)
+    measured = next((t for t in tried if t["digest"] == subset.digest and t.get("cost")), None) or stored
+    lines += ["", f"config.yml and exl3.env are the subset TabbyAPI can run (config digest `{subset.digest[:12]}`)."]
+    if measured.get("digest") == subset.digest and measured.get("cost"):
+        cost = Cost.from_dict(measured["cost"])
+        lines.append(f"Measured against the champion ({cost.launches} fresh launches each, interleaved): "
+                     f"{cost_text(cost)}; bench's verdict: {cost.verdict}.")
+        for other in (t for t in tried if t["digest"] != subset.digest and t.get("cost")):
+            lines.append(f"{SUBSET_OF.get(other['of'], other['of']).capitalize()} subset (`{other['digest'][:12]}`), "
+                         f"measured alike: {cost_text(Cost.from_dict(other['cost']))}.")
+    elif measured.get("digest"):
+        lines.append(f"Its speed has not been measured: the minimization measured the subset of the "
+                     f"{measured.get('of', 'minimal')} champion (`{measured['digest'][:12]}`), which export writes "
+                     "without --full-champion once it passed the gate.")
+    else:
+        lines.append("Its speed has not been measured: the minimization measures it when the minimal champion has "
+                     "settings TabbyAPI cannot express.")
+    return lines

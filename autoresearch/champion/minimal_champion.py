@@ -1,0 +1,192 @@
+"""The loop's minimization of a confirmed champion: real fresh launches, measured by bench, stored and resumable.
+
+autoresearch.champion.minimize decides; this module gives it its measurement: each launch is a fresh server
+measured by bench on the study's plan, timed as the workload's mean request time
+(autoresearch.measures.request_time, the mix of the baseline's bench), and stored in ar_measurements
+(kind `minimize_bench`) under a label unique within the minimization. A loop killed mid-way resumes
+by answering stored labels from the database: the decisions replay, and only the missing launches
+run. When the minimal champion has settings TabbyAPI cannot express, the subset TabbyAPI runs is
+measured too, in fresh launches interleaved with the champion's, so `export --format tabbyapi` can
+state its speed.
+
+Usage:
+    minimization = minimize_champion(plan, study, db, champion)   # None: the baseline is the champion
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import optuna
+
+from autoresearch.champion.change_costs import MINIMIZATION_ATTR, MINIMIZE_KIND, signed_change
+from autoresearch.champion.minimize import Launch, Minimization, judge, minimize
+from autoresearch.champion.tabbyapi import expressible_subset, to_tabbyapi
+from autoresearch.crown.finalists import Champion
+from autoresearch.ground.db import ResultsDB
+from autoresearch.ground.errors import Unmeasured
+from autoresearch.ground.plan import RunPlan
+from autoresearch.ground.study import baseline_trial, model_is_hybrid
+from autoresearch.measures.objectives import objectives_from_bench
+from autoresearch.measures.request_time import RequestMix
+from bench import BenchError, BenchResult
+from openai_client import ClientError
+from serving.config import ServingConfig
+from serving.errors import LaunchError
+
+__all__ = ["KIND", "minimize_champion", "record_gate"]
+
+log = logging.getLogger(__name__)
+KIND = MINIMIZE_KIND
+
+
+class _Launcher:
+    """measure(config, label) for autoresearch.champion.minimize: a stored launch of that label, or a fresh one."""
+
+    def __init__(self, plan: RunPlan, db: ResultsDB, mix: RequestMix, key: str):
+        self.plan, self.db, self.mix, self.key = plan, db, mix, key
+        rows = db.measurements(study=plan.study_name, kind=KIND)
+        self.stored = {r["payload"]["label"]: r["payload"] for r in rows if r["payload"].get("minimization") == key}
+
+    def __call__(self, config: ServingConfig, label: str) -> Launch | None:
+        payload = self.stored.get(label)
+        if payload is not None and payload["config_digest"] == config.digest:
+            return self._launch(BenchResult.from_dict(payload["bench"]), label) if payload["bench"] else None
+        result = self._bench(config, label)
+        self.db.add_measurement(study=self.plan.study_name, trial=None, kind=KIND, config_digest=config.digest,
+                                payload={"minimization": self.key, "label": label, "config_digest": config.digest,
+                                         "bench": result.to_dict() if result else None},
+                                launch=int(label.rsplit("/", 1)[-1]))
+        return self._launch(result, label) if result else None
+
+    def _bench(self, config: ServingConfig, label: str) -> BenchResult | None:
+        safe = label.replace("/", "-")
+        try:
+            with self.plan.server_spec.launch(config, f"minimize-{self.key[:8]}-{safe}") as server:
+                return self.plan.fresh_bench(server)
+        except (LaunchError, BenchError, ClientError) as exc:
+            log.warning("minimization launch %s failed: %s", label, exc)
+            return None
+
+    def _launch(self, result: BenchResult, label: str) -> Launch | None:
+        try:
+            decode, prefill = objectives_from_bench(result)
+            return Launch(request_time_s=self.mix.time_s(result.headline()), decode_tok_per_s=decode,
+                          prefill_tok_per_s=prefill)
+        except Unmeasured as exc:  # a launch with a point unmeasured does not count, as for the finalists
+            log.warning("minimization launch %s unmeasured: %s", label, exc)
+            return None
+
+
+def _baseline_mix(study: optuna.Study, db: ResultsDB, plan: RunPlan) -> tuple[ServingConfig, RequestMix]:
+    baseline = baseline_trial(study)
+    rows = [r for r in db.measurements(study=plan.study_name, kind="bench", trial=baseline.number) if r["launch"] == 0]
+    if not rows:
+        raise Unmeasured(f"the baseline (trial {baseline.number}) has no stored bench record to take the workload's "
+                         "requests from")
+    return ServingConfig.from_dict(baseline.user_attrs["config"]), RequestMix.from_record(rows[0]["payload"])
+
+
+def minimize_champion(plan: RunPlan, study: optuna.Study, db: ResultsDB, champion: Champion) -> Minimization | None:
+    """Minimize the confirmed champion once (stored in the study; a resumed loop replays its stored launches).
+
+    Raises:
+        autoresearch.champion.minimize.MinimizeError: the champion could not be measured in some round.
+        Unmeasured: the baseline's bench record is missing.
+    """
+    if champion.is_baseline:
+        return None
+    config = ServingConfig.from_dict(champion.config)
+    stored = study.user_attrs.get(MINIMIZATION_ATTR)
+    if stored and stored.get("champion_digest") == config.digest and \
+            "tried" in (stored.get("extra", {}).get("tabbyapi_subset") or {"tried": ()}):
+        return Minimization.from_dict(stored)
+    # (a minimization stored before both TabbyAPI subsets were measured is replayed from its stored launches,
+    # and measures what it lacks)
+    baseline, mix = _baseline_mix(study, db, plan)
+    key = config.digest
+    measure = _Launcher(plan, db, mix, key)
+    launches = plan.minimize_launches
+    result = minimize(config, baseline, measure, launches=launches, max_launches=plan.minimize_max_launches)
+    extra = dict(result.extra)
+    if result.minimal.digest == config.digest:  # nothing removed: the confirmed champion, already gated
+        extra["gate"] = {"passed": True, "reason": "the minimal champion is the confirmed champion"}
+    elif stored and stored.get("champion_digest") == config.digest and "gate" in stored.get("extra", {}) and \
+            Minimization.from_dict(stored).minimal.digest == result.minimal.digest:
+        extra["gate"] = stored["extra"]["gate"]  # replayed to the same minimal champion: judged once, not again
+    hybrid = model_is_hybrid(study)
+    if config.engine == "exllamav3" and not to_tabbyapi(result.minimal, model_path=plan.model.path,
+                                                        hybrid=hybrid).equivalent:
+        extra["tabbyapi_subset"] = subset = _tabbyapi_subset(config, result.minimal, measure, launches, hybrid=hybrid)
+        judged = ((stored or {}).get("extra", {}).get("tabbyapi_subset") or {})
+        if judged.get("gate") is not None and judged.get("digest") == subset["digest"]:
+            subset["gate"] = judged["gate"]  # replayed to the same subset: judged once, not again
+    result = dataclasses.replace(result, extra=extra)
+    study.set_user_attr(MINIMIZATION_ATTR, result.to_dict() | {"champion_digest": config.digest,
+                                                               "request_mix": mix.to_dict()})
+    return result
+
+
+def _tabbyapi_subset(champion: ServingConfig, minimal: ServingConfig, measure: _Launcher, launches: int, *,
+                     hybrid: bool) -> dict:
+    """What TabbyAPI should run of a champion it cannot fully express: the expressible subset of the minimal
+    champion, or of the confirmed one where that differs (the minimal champion's removals were judged with the
+    settings TabbyAPI lacks in place: without them, a removed change can be worth keeping again), each
+    measured in fresh launches interleaved with the champion's. The confirmed champion's subset is chosen only
+    when autoresearch.measures.faster calls it faster than the minimal champion's (their own launches, the minimal's as
+    the reference); otherwise the minimal champion's. Returns its digest, config, cost and `chosen` (why), and
+    every subset tried."""
+    subsets = {"minimal": expressible_subset(minimal, hybrid=hybrid)}
+    full = expressible_subset(champion, hybrid=hybrid)
+    if full.digest != subsets["minimal"].digest:
+        subsets["champion"] = full
+    labels = {"minimal": "tabbyapi/subset", "champion": "tabbyapi/champion-subset"}
+    champ: list = []
+    runs: dict[str, list] = {of: [] for of in subsets}
+    for i in range(launches):
+        champ.append(measure(champion, f"tabbyapi/champion/{i}"))
+        for of, subset in subsets.items():
+            runs[of].append(measure(subset, f"{labels[of]}/{i}"))
+    champ = [x for x in champ if x]
+    done = {of: [x for x in launched if x] for of, launched in runs.items()}
+    tried = []
+    for of, subset in subsets.items():
+        cost = judge(champ, done[of]) if champ and done[of] else None
+        tried.append({"of": of, "digest": subset.digest, "config": subset.to_dict(),
+                      "cost": cost.to_dict() if cost else None})
+    best, chosen = tried[0], "the minimal champion's: no other subset"
+    if len(tried) > 1 and done["minimal"] and done["champion"]:
+        versus = judge(done["minimal"], done["champion"])  # the champion's subset against the minimal's
+        words = {"faster": "faster", "slower": "slower", "same": "not shown faster"}[versus.verdict]
+        chosen = (f"the confirmed champion's subset is {words} than the minimal champion's: request time "
+                  f"{signed_change(versus.request, time=True)}")
+        best = tried[1] if versus.verdict == "faster" else tried[0]
+    elif len(tried) > 1 and done["champion"] and not done["minimal"]:
+        best, chosen = tried[1], "the minimal champion's subset was never measured"
+    return {**best, "tried": tried, "chosen": chosen}
+
+
+def record_gate(study: optuna.Study, *, passed: bool, reason: str, decision_id: int | None = None,
+                of: str = "minimal") -> None:
+    """Store a gate verdict (autoresearch.champion.minimal_gate judges like any candidate; its decision row is
+    `decision_id`) with the minimization: of the minimal champion, which export writes once passed, or
+    (`of="tabbyapi_subset"`) of the subset TabbyAPI runs, which export states.
+
+    Raises:
+        ValueError: the study has no minimization (or no TabbyAPI subset) to record a verdict for.
+    """
+    stored = study.user_attrs.get(MINIMIZATION_ATTR)
+    if not stored:
+        raise ValueError("the study has no minimal champion: nothing to record a gate verdict for")
+    stored = dict(stored)
+    verdict = {"passed": passed, "reason": reason} | ({"decision_id": decision_id} if decision_id is not None else {})
+    extra = dict(stored.get("extra", {}))
+    if of == "tabbyapi_subset":
+        if not extra.get("tabbyapi_subset"):
+            raise ValueError("the minimization measured no TabbyAPI subset: nothing to record a gate verdict for")
+        extra["tabbyapi_subset"] = {**extra["tabbyapi_subset"], "gate": verdict}
+    else:
+        extra["gate"] = verdict
+    stored["extra"] = extra
+    study.set_user_attr(MINIMIZATION_ATTR, stored)

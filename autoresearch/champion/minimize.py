@@ -1,0 +1,317 @@
+"""The fewest changes that keep the champion's speed: remove them one at a time, cheapest first.
+
+The confirmed champion differs from the baseline in many settings, most of them passengers TPE drew
+along. Ranking round: the champion and each single removal (that setting back at the baseline's
+value, with the settings that only apply with it) are launched `launches` times, interleaved; a
+removal's cost is its request time against the champion's. Then, cheapest removal first, each one
+is tried on the configuration reached so far, in fresh launches interleaved with fresh launches of
+the champion, and kept out unless autoresearch.measures.faster's rule calls the result slower than the champion
+(request time beyond its noise, or decode or prefill beyond theirs). A change that stayed in is tried again once a later removal changed the configuration it was
+tried on, so the stop rule holds at the end: removing any change still in makes it measurably slower.
+
+The bound: a ranking round of launches x (n + 1) launches and at most 2n attempts of 2 x launches
+each, so at most launches x (5n + 1) for n changes; reaching it stops with the configuration reached
+so far (every removal in it measured not slower) and says so.
+
+Usage:
+    result = minimize(champion, baseline, measure, launches=2)   # measure(config, label) -> Launch | None
+    result.minimal, result.kept, result.costs
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoresearch.ground.errors import AutoresearchError
+from autoresearch.measures.faster import judge_speed, request_floor
+from bench.stats import Comparison, DifferenceRule, compare_one
+from search_space.catalog import EXL3_KNOBS
+from serving.config import ServingConfig
+from serving.errors import ConfigError
+
+__all__ = ["Change", "Cost", "Launch", "Minimization", "MinimizeError", "changes_of", "launch_bound", "minimize", "without"]
+
+log = logging.getLogger(__name__)
+_UNSET = "(exllamav3 default)"  # an EXL3_* variable the config leaves to exllamav3
+_RULE = DifferenceRule()  # bench's own, as autoresearch.measures.faster's
+
+
+class MinimizeError(AutoresearchError):
+    """The champion could not be measured in a round: nothing can be compared against it."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One fresh launch's measurement: the workload's mean request time and the two objectives."""
+
+    request_time_s: float
+    decode_tok_per_s: float
+    prefill_tok_per_s: float
+
+
+Measure = Callable[[ServingConfig, str], Launch | None]  # None: the launch failed or left a point unmeasured
+
+
+@dataclass(frozen=True)
+class Change:
+    """One setting in which the champion differs from the baseline (`where`: args or env)."""
+
+    name: str
+    value: Any
+    baseline: Any
+    where: str
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value}"
+
+
+# Settings that apply only with another one: removing the parent puts them back too.
+_CARRIED = {"draft_mode": ("ngram_match_min", "num_draft_tokens", "dynamic_draft_tokens", "draft_confidence",
+                           "sparse_draft_head", "draft_model_dir"),
+            "cache_kind": ("cache_k_bits", "cache_v_bits"),
+            "dynamic_draft_tokens": ("draft_confidence",),
+            "max_chunk_size": ("shared_chunk_size",)}
+
+# A setting's default while its parent is on, where the baseline (parent off) has none: the catalog's.
+_DEFAULT_UNDER_PARENT = {k.name: k.default for k in EXL3_KNOBS if k.name in ("ngram_match_min", "cache_k_bits",
+                                                                               "cache_v_bits")}
+
+
+def changes_of(config: ServingConfig, baseline: ServingConfig) -> tuple[Change, ...]:
+    """Every setting in which `config` differs from `baseline`, in the report's order (args, then env)."""
+    a, b = config.to_dict(), baseline.to_dict()
+    out = [Change(k, v, b["args"].get(k), "args") for k, v in sorted(a["args"].items()) if b["args"].get(k) != v]
+    env_names = sorted(set(a["env"]) | set(b["env"]))
+    out += [Change(k, a["env"].get(k, _UNSET), b["env"].get(k, _UNSET), "env") for k in env_names
+            if a["env"].get(k) != b["env"].get(k)]
+    return tuple(out)
+
+
+def without(config: ServingConfig, baseline: ServingConfig, name: str) -> tuple[ServingConfig, tuple[str, ...]]:
+    """`config` with setting `name` back at the baseline's value, and the names put back with it.
+
+    Raises:
+        ConfigError: the setting cannot be put back alone (the config would break a serving rule).
+    """
+    data, base = config.to_dict(), baseline.to_dict()
+    if name.startswith(("EXL3_", "EXLLAMA")) or name in data["env"]:
+        env = dict(data["env"])
+        env.pop(name, None)
+        if name in base["env"]:
+            env[name] = base["env"][name]
+        return ServingConfig.from_dict({**data, "env": env}), (name,)
+    try:
+        return ServingConfig.from_dict({**data, "args": {**data["args"], name: base["args"][name]}}), (name,)
+    except ConfigError:
+        if name in _DEFAULT_UNDER_PARENT:  # e.g. ngram_match_min while n-gram drafting stays: its default there
+            return ServingConfig.from_dict({**data, "args": {**data["args"], name: _DEFAULT_UNDER_PARENT[name]}}), (name,)
+        carried = [c for c in _CARRIED.get(name, ()) if data["args"][c] != base["args"][c]]
+        if not carried:
+            raise
+        put_back = {k: base["args"][k] for k in (name, *carried)}
+        return ServingConfig.from_dict({**data, "args": {**data["args"], **put_back}}), (name, *carried)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What removing a change did, relative to the champion's launches of the same round: each objective's
+    ratio (without / champion, higher is faster) with bench's interval, and bench's verdict on request time."""
+
+    request: tuple[float, float, float]  # ratio, low, high of the request rate (1 / request time)
+    decode: tuple[float, float, float]
+    prefill: tuple[float, float, float]
+    verdict: str  # bench's on request time: faster, same or slower
+    launches: int
+
+    @property
+    def request_cost(self) -> float:
+        """How much longer a request takes without the change: T(without) / T(champion) - 1."""
+        return 1 / self.request[0] - 1
+
+    def to_dict(self) -> dict:
+        return {"request": list(self.request), "decode": list(self.decode), "prefill": list(self.prefill),
+                "verdict": self.verdict, "launches": self.launches}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Cost:
+        return cls(request=tuple(d["request"]), decode=tuple(d["decode"]), prefill=tuple(d["prefill"]),
+                   verdict=d["verdict"], launches=d["launches"])
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One removal tried on the configuration reached so far, judged against fresh champion launches."""
+
+    name: str
+    removed: tuple[str, ...]  # the change and the settings put back with it
+    cost: Cost | None  # None: the configuration without it was never measured
+    accepted: bool
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "removed": list(self.removed), "cost": self.cost.to_dict() if self.cost else None,
+                "accepted": self.accepted, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Attempt:
+        return cls(name=d["name"], removed=tuple(d["removed"]), cost=Cost.from_dict(d["cost"]) if d["cost"] else None,
+                   accepted=d["accepted"], reason=d["reason"])
+
+
+@dataclass(frozen=True)
+class Minimization:
+    """The outcome: each change's removal cost, the attempts in order, and the minimal champion."""
+
+    changes: tuple[Change, ...]
+    costs: dict[str, Cost | None]  # the ranking round; None: that removal was not measured
+    carried: dict[str, tuple[str, ...]]  # change -> the settings put back with it when removed alone
+    unremovable: dict[str, str]  # change -> why it cannot be removed alone
+    attempts: tuple[Attempt, ...]
+    kept: tuple[str, ...]  # the changes the minimal champion keeps
+    minimal: ServingConfig
+    launches: int  # launches made
+    bound: int  # the most launches it could have made
+    complete: bool  # the stop rule was reached (False: the bound was)
+    launches_per_config: int = 2
+    extra: dict = field(default_factory=dict)  # e.g. the TabbyAPI-expressible subset's measured cost
+
+    def to_dict(self) -> dict:
+        return {"changes": [{"name": c.name, "value": c.value, "baseline": c.baseline, "where": c.where}
+                            for c in self.changes],
+                "costs": {k: v.to_dict() if v else None for k, v in self.costs.items()},
+                "carried": {k: list(v) for k, v in self.carried.items()},
+                "unremovable": self.unremovable, "attempts": [a.to_dict() for a in self.attempts],
+                "kept": list(self.kept), "minimal": self.minimal.to_dict(), "launches": self.launches,
+                "bound": self.bound, "complete": self.complete, "launches_per_config": self.launches_per_config,
+                "extra": self.extra}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Minimization:
+        return cls(changes=tuple(Change(**c) for c in d["changes"]),
+                   costs={k: Cost.from_dict(v) if v else None for k, v in d["costs"].items()},
+                   carried={k: tuple(v) for k, v in d["carried"].items()},
+                   unremovable=d["unremovable"], attempts=tuple(Attempt.from_dict(a) for a in d["attempts"]),
+                   kept=tuple(d["kept"]), minimal=ServingConfig.from_dict(d["minimal"]), launches=d["launches"],
+                   bound=d["bound"], complete=d["complete"], launches_per_config=d["launches_per_config"],
+                   extra=d.get("extra", {}))
+
+
+def launch_bound(n_changes: int, launches: int) -> int:
+    """The most launches minimize() makes for n changes: the ranking round and 2n attempts."""
+    return launches * (n_changes + 1) + 2 * n_changes * 2 * launches
+
+
+def judge(champion: Sequence[Launch], candidate: Sequence[Launch], rule: DifferenceRule = _RULE) -> Cost:
+    """The candidate against the champion's launches of the same round, by autoresearch.measures.faster's rule: request
+    time beyond its noise, decode and prefill each beyond theirs. The noise floors are the champion's own
+    launch-to-launch differences (its first two launches), as the finalists' are the baseline's; with one
+    launch none is known (the rule's minimum effect)."""
+    def points(rates: Callable[[Launch], float], name: str) -> Comparison:
+        ref = [rates(x) for x in champion]
+        return compare_one(name, ref, [rates(x) for x in candidate], rule=rule, floor_rel=request_floor(ref))
+
+    decode = points(lambda x: x.decode_tok_per_s, "decode")
+    prefill = points(lambda x: x.prefill_tok_per_s, "prefill")
+    times = [x.request_time_s for x in champion]
+    speed = judge_speed(times, [x.request_time_s for x in candidate], floor_rel=request_floor(times),
+                        points=(decode, prefill), rule=rule)
+    return Cost(request=speed.interval, decode=(decode.ratio, decode.ratio_ci_low, decode.ratio_ci_high),
+                prefill=(prefill.ratio, prefill.ratio_ci_low, prefill.ratio_ci_high), verdict=speed.verdict,
+                launches=len(candidate))
+
+
+def _round(measure: Measure, champion: ServingConfig, others: list[tuple[str, ServingConfig]], launches: int,
+           label: str) -> tuple[list[Launch], dict[str, list[Launch]]]:
+    """`launches` fresh launches of the champion and each other config, interleaved (drift hits all alike)."""
+    champ: list[Launch] = []
+    runs: dict[str, list[Launch]] = {name: [] for name, _ in others}
+    for i in range(launches):
+        if (got := measure(champion, f"{label}/champion/{i}")) is not None:
+            champ.append(got)
+        for name, config in others:
+            if (got := measure(config, f"{label}/{name}/{i}")) is not None:
+                runs[name].append(got)
+    if not champ:
+        raise MinimizeError(f"{label}: no launch of the champion was measured; nothing to compare removals against")
+    return champ, runs
+
+
+def minimize(champion: ServingConfig, baseline: ServingConfig, measure: Measure, *, launches: int = 2,
+             max_launches: int | None = None, rule: DifferenceRule = _RULE) -> Minimization:
+    """Remove the champion's changes, cheapest first, while the result is not measurably slower on request time.
+
+    `measure(config, label)` launches `config` fresh and measures it (None when that launch failed);
+    labels are unique within one minimization, so a resumed run can answer from stored launches.
+
+    Raises:
+        MinimizeError: a round's champion launches all failed.
+    """
+    changes = changes_of(champion, baseline)
+    bound = launch_bound(len(changes), launches)
+    if max_launches is not None:
+        bound = min(bound, max_launches)
+    made = 0
+
+    def counted(config: ServingConfig, label: str) -> Launch | None:
+        nonlocal made
+        made += 1
+        return measure(config, label)
+
+    single: list[tuple[str, ServingConfig]] = []
+    unremovable: dict[str, str] = {}
+    carried: dict[str, tuple[str, ...]] = {}
+    for c in changes:
+        try:
+            config, removed = without(champion, baseline, c.name)
+            single.append((c.name, config))
+            carried[c.name] = removed[1:]
+        except ConfigError as exc:
+            unremovable[c.name] = f"cannot be removed alone: {exc}"
+    champ, runs = _round(counted, champion, single, launches, "rank")
+    costs = {name: judge(champ, runs[name], rule) if runs[name] else None for name, _ in single}
+    costs |= {name: None for name in unremovable}
+    order = sorted((n for n, c in costs.items() if c is not None), key=lambda n: (-costs[n].request[0], n))
+    for name, cost in costs.items():
+        if cost is None and name not in unremovable:
+            unremovable[name] = "its removal was never measured (every launch failed)"
+
+    current, present = champion, {c.name for c in changes}
+    attempts: list[Attempt] = []
+    tried_on: dict[str, str] = {}  # kept change -> digest of the configuration it was tried on
+    step, complete = 0, False
+    while True:
+        pending = [n for n in order if n in present and tried_on.get(n) != current.digest]
+        if not pending:
+            complete = True
+            break
+        name = pending[0]
+        if made + 2 * launches > bound:
+            break
+        step += 1
+        try:
+            candidate, removed = without(current, baseline, name)
+        except ConfigError as exc:
+            attempts.append(Attempt(name, (name,), None, False, f"cannot be removed here: {exc}"))
+            tried_on[name] = current.digest
+            continue
+        champ, runs = _round(counted, champion, [("candidate", candidate)], launches, f"step{step}")
+        if not runs["candidate"]:
+            attempts.append(Attempt(name, removed, None, False, "kept: no launch without it was measured"))
+            tried_on[name] = current.digest
+            continue
+        cost = judge(champ, runs["candidate"], rule)
+        if cost.verdict == "slower":
+            attempts.append(Attempt(name, removed, cost, False, "kept: without it, measurably slower than the champion"))
+            tried_on[name] = current.digest
+        else:
+            attempts.append(Attempt(name, removed, cost, True, f"removed: without it, {cost.verdict} as the champion"))
+            current = candidate
+            present -= set(removed)
+    kept = tuple(c.name for c in changes if c.name in present)
+    log.info("minimized %d changes to %d in %d launches (bound %d)%s", len(changes), len(kept), made, bound,
+             "" if complete else ": stopped at the bound")
+    return Minimization(changes=changes, costs=costs, carried=carried, unremovable=unremovable, attempts=tuple(attempts), kept=kept,
+                        minimal=current, launches=made, bound=bound, complete=complete, launches_per_config=launches)

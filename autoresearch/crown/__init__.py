@@ -1,0 +1,3 @@
+"""crown: the finalists re-measured in fresh launches, and the champion (the order:
+autoresearch/__init__.py).
+"""

@@ -34,9 +34,8 @@ PROMPT = "Solve step by step: a train leaves at 3 pm at 80 km/h; another at 4 pm
 
 
 def _stream(url: str, tokens: int) -> int:
-    body = {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": tokens,
-            "ignore_eos": True, "temperature": 0.0}
-    r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=1800)
+    body = {"prompt": PROMPT, "max_tokens": tokens, "ignore_eos": True, "temperature": 0.0}
+    r = httpx.post(f"{url}/v1/completions", json=body, timeout=1800)  # the synthetic 27B has no chat template
     r.raise_for_status()
     return int(r.json()["usage"]["completion_tokens"])
 

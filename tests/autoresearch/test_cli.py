@@ -10,9 +10,10 @@ import argparse
 
 import pytest
 
-from autoresearch import sweep, workload
 from autoresearch.__main__ import main
 from autoresearch.cli import COMMANDS, build_parser, parse_args
+from autoresearch.ground import workload
+from autoresearch.trial import sweep
 from eval.suites import SUITES
 
 

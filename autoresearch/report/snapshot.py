@@ -319,7 +319,8 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
     front.sort(key=lambda r: (r.request_ratio is None, -(r.request_ratio or 0.0), -r.decode))
     first = [FirstTrial(t.number, "--enqueue" if t.user_attrs.get("enqueued") else "lever",
                         TrialOutcome.of(t) or t.state.name.lower(),
-                        changed_knobs(t.user_attrs.get("config", {}), base_cfg),
+                        changed_knobs(t.user_attrs["config"], base_cfg) if "config" in t.user_attrs
+                        else "not run yet",  # an enqueued trial still waiting has no config: not the baseline's
                         _request_speedup(mix, base_search, [searched[t.number]] if t.number in searched else []),
                         *(_ratio(v, b) for v, b in zip(_speed(t) or (None, None), base_vals, strict=True)))
              for t in trials if (t.user_attrs.get("enqueued") or t.user_attrs.get("lever"))

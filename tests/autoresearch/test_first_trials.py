@@ -49,3 +49,22 @@ def test_a_lever_equal_to_the_baseline_is_left_out(tmp_path, tiny_model_dir, bas
     queue = _queue(_open(tmp_path, tiny_model_dir, baseline_changes=baseline_changes))
     assert [q[0] for q in queue] == ["baseline", "lever"]
     assert queue[1][1] == {"prefill_chunk_size": 128}
+
+
+def test_an_enqueued_trial_not_run_yet_is_not_listed_as_the_baseline(tmp_path, tiny_model_dir):
+    """Before: RESULTS.md's first-trials table read a waiting trial's changes from a config it does not have yet,
+    and listed it as `(baseline)` (seen on the H200: a DFlash2 study stopped by --trials before its second lever)."""
+    from autoresearch.ground.db import ResultsDB
+    from autoresearch.report.snapshot import read_snapshot
+    from eval import EvalStore
+
+    study = _open(tmp_path, tiny_model_dir, enqueued=({"dtype": "bfloat16"},))
+    plan_url = f"sqlite:///{tmp_path / 'results.db'}"
+    model = ResolvedModel(path=tiny_model_dir, name="tiny", manifest_hash="0" * 64,
+                          manifest_path=tmp_path / "m.json", source="tiny")
+    plan = RunPlan(model=model, engine="transformers", suite="none", study_name="s", storage_url=plan_url,
+                   workdir=tmp_path, results_md=tmp_path / "R.md", trials=10,
+                   bench_plan=default_bench_plan("transformers"), probe_config=default_probe_config("transformers"))
+    snapshot = read_snapshot(plan, study, ResultsDB(plan_url), EvalStore(plan_url))
+    waiting = [row for row in snapshot.first_trials if row.outcome == "waiting"]
+    assert waiting and all(row.changes == "not run yet" for row in waiting)

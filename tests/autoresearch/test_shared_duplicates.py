@@ -32,8 +32,7 @@ CHUNKS = (4096, 1024, 512)  # one round each
 @pytest.mark.skipif(not URL, reason="set AUTORESEARCH_TEST_POSTGRES_URL (.ci/postgres starts one)")
 def test_two_workers_proposing_one_configuration_at_once_measure_it_once(tmp_path, small_model, monkeypatch):
     env = StageEnv.make(tmp_path, small_model, storage_url=URL, study_name=f"dup-{uuid.uuid4().hex[:8]}",
-                        heartbeat_s=2, grace_s=30, levers=False)  # the sampler alone proposes
-    env.study = optuna.create_study(study_name=env.plan.study_name, storage=URL, directions=["maximize", "maximize"])
+                        heartbeat_s=2, grace_s=30, levers=False)  # the sampler alone proposes; its study in URL
     env.baseline_done()  # before open_study: it enqueues a baseline only where none ran
     launcher = FakeLauncher().install(monkeypatch)
     workers = []

@@ -1,8 +1,8 @@
 """A configuration whose bench leaves any objective point without a valid run is never given a number.
 
 The server under test is a stand-in (tests.bench.fakes.PrefixCachingFakeServer, a named test double
-at the HTTP boundary) that ends every multi-token answer early, as a server that ignores
-`ignore_eos` would: its prefill point measures, its decode point never does.
+at the HTTP boundary) that ends every multi-token answer after 3 tokens, shorter than the 4 the loop times
+decode on: its prefill point measures, its decode point never does.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class _StandIn:
 @pytest.fixture
 def short_decodes(monkeypatch):
     """Every server the trial runner launches is the stand-in; yields it to inspect its requests."""
-    with PrefixCachingFakeServer(decode_ends_after=5) as fake:
+    with PrefixCachingFakeServer(decode_ends_after=3) as fake:
 
         @contextlib.contextmanager
         def server(self, trial, config, launch=0):
@@ -64,7 +64,7 @@ def test_a_candidate_missing_one_point_is_a_completed_trial_with_a_reason(tmp_pa
     assert trial.constraints["measured"] > 0
     (reason,) = trial.user_attrs["reasons"]
     assert reason.startswith("unmeasured: decode_tok_per_s_client@128/rg-math: 0 valid of")
-    assert "completion of 5 tokens, expected exactly 24" in reason
+    assert "completion of 3 tokens, expected 4 to 24" in reason
     assert "prefill" not in reason  # the prefill point did measure
     assert "decode_tok_per_s" not in trial.user_attrs and trial.number not in {t.number for t in study.best_trials}
     (row,) = db.measurements(study=name, kind="bench", trial=trial.number)  # what was measured is kept
@@ -79,7 +79,7 @@ def test_a_baseline_that_cannot_be_measured_stops_the_study(tmp_path, monkeypatc
     assert code == 1
     err = capsys.readouterr().err
     assert "BaselineUnmeasured: the baseline could not be measured (launch 0): decode_tok_per_s_client@128/rg-math" in err
-    assert "completion of 5 tokens" in err
+    assert "completion of 3 tokens" in err
     text = (tmp_path / "RESULTS.md").read_text()
     assert "**The study stopped: the baseline could not be measured (launch 0)" in text
     assert "Not decided yet" in text and "speed-up" not in text.split("## Champion")[1].split("##")[0]

@@ -178,15 +178,13 @@ def minimize_launches(per_config: int, max_launches: int | None, changes: int, *
 def _champion_changes(study: optuna.Study) -> int:
     """The changes of the best candidate so far (what the minimization will remove), else ASSUMED_CHANGES."""
     from autoresearch.champion.minimize import changes_of
-    from autoresearch.crown.finalists import feasible_front, select_finalists
+    from autoresearch.crown.finalists import select_finalists
     from autoresearch.measures.ranking import Ranking
     from serving.config import ServingConfig
 
     baseline = baseline_trial(study)
-    if baseline is None or not feasible_front(study, with_pending=True):
-        return ASSUMED_CHANGES
-    best = select_finalists(study, Ranking.of(study), baseline, 1)
-    if not best:
+    best = select_finalists(study, Ranking.of(study), baseline, 1) if baseline is not None else []
+    if not best:  # no baseline, or no candidate on the front faster than it
         return ASSUMED_CHANGES
     return len(changes_of(ServingConfig.from_dict(best[0].user_attrs["config"]),
                           ServingConfig.from_dict(baseline.user_attrs["config"])))

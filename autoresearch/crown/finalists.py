@@ -36,7 +36,7 @@ from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import ConfirmedElsewhere, Unmeasured
 from autoresearch.ground.plan import RunPlan, worker_gone, worker_name
 from autoresearch.ground.ranked_by import GEOMEAN
-from autoresearch.ground.study import baseline_trial, feasible, is_baseline, tasks_pending
+from autoresearch.ground.study import baseline_trial, feasible, is_baseline, passed_so_far
 from autoresearch.measures.baseline import stored_energy_floor, stored_speed_floor
 from autoresearch.measures.faster import ENERGY, judge_speed
 from autoresearch.measures.objectives import objectives_from_bench
@@ -69,8 +69,9 @@ class Champion:
 
 def feasible_front(study: optuna.Study, *, with_pending: bool = False) -> list[optuna.trial.FrozenTrial]:
     """Feasible COMPLETE trials on the Pareto front (Optuna's best_trials filters by constraints); `with_pending`:
-    also those whose task tier is pending (study.tasks_pending), that the finalists' stage may judge."""
-    return [t for t in study.best_trials if feasible(t) or (with_pending and tasks_pending(t))]
+    also those whose task tier is pending (study.passed_so_far), that the finalists' stage may judge."""
+    passed = passed_so_far if with_pending else feasible
+    return [t for t in study.best_trials if passed(t)]
 
 
 def _pooled(results: list[BenchResult], ranking: Ranking) -> dict[str, tuple[float, ...]]:

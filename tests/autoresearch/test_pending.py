@@ -163,3 +163,17 @@ def test_optuna_dashboard_names_as_best_only_what_the_gate_passed(tmp_path, dash
     for number in (lossy, tier_lossy):  # their violations still drawn, their speeds in their user attrs
         assert max(drawn[number]["constraints"]) > 0
         assert "decode_tok_per_s" in {a["key"] for a in drawn[number]["user_attrs"]}
+
+
+def test_a_pending_trial_prunes_what_it_clearly_dominates_and_a_rejected_one_does_not():
+    """A pending trial passed every gate that has run: it is a dominance reference, as a passed one was before
+    pending existed (with feasible() alone the default scope pruned nothing). A rejected one never is."""
+    from autoresearch.ground.study import CONSTRAINTS
+    from autoresearch.measures.objectives import dominated_by
+
+    study = optuna.create_study(directions=["maximize", "maximize"])
+    through_fidelity = {k: -1.0 for k in CONSTRAINTS if k != "tasks"}
+    for constraints in (through_fidelity | {"fidelity": 1.0}, through_fidelity):  # rejected, then pending
+        study.add_trial(optuna.trial.create_trial(values=[200.0, 2000.0], constraints=constraints))
+    assert dominated_by(study, (100.0, 1000.0), margin_rel=0.05) == 1
+    assert dominated_by(study, (195.0, 1000.0), margin_rel=0.05) is None

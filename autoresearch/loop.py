@@ -25,6 +25,7 @@ from autoresearch.ground.plan import RunPlan
 from autoresearch.ground.preflight import preflight
 from autoresearch.ground.ranked_by import ENERGY_RANKED, RANKED_BY
 from autoresearch.ground.servers import reap_orphan_servers
+from autoresearch.ground.speeds import measured_values
 from autoresearch.ground.stages import FINALISTS, MINIMAL_GATE, MINIMIZE, REPORT, SEARCH, TASKS
 from autoresearch.ground.study import (
     COUNTED,
@@ -75,7 +76,8 @@ def best_line(study: optuna.Study) -> str:
     if score <= 1.0:  # on the front by one objective, slower overall: the baseline is still the best
         return f"{line}; no candidate {ranking.measure.better} yet (closest: trial {best.number} at {score:.3f}x by {scalar})"
     pending = ", task tier pending" if tasks_pending(best) else ""
-    return (f"trial {best.number}: decode {best.values[0]:.1f}, prefill {best.values[1]:.0f} tok/s "
+    decode, prefill = measured_values(best)
+    return (f"trial {best.number}: decode {decode:.1f}, prefill {prefill:.0f} tok/s "
             f"({score:.3f}x by {scalar}{pending})")
 
 
@@ -184,7 +186,7 @@ class _Night:
 
     def report(self) -> None:
         started = time.monotonic()
-        write_report(self.plan, self.study, self.db, self.store)
+        write_report(self.plan, self.study, self.db, self.store, dashboard=True)
         self.progress.reported(time.monotonic() - started)
 
     def next_trial_fits(self) -> bool:

@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -54,6 +53,7 @@ from autoresearch.checks.readings import (
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import Unmeasured
 from autoresearch.ground.plan import DriftPolicy, RunPlan
+from autoresearch.ground.speeds import speeds
 from autoresearch.ground.study import COUNTED, baseline_trial, is_baseline, passed_so_far
 from autoresearch.measures.baseline import stored_speed_floor
 from autoresearch.measures.objectives import dominated_by, objectives_from_bench
@@ -158,7 +158,8 @@ def relative_dominator(study: optuna.Study, values: tuple[float, float], referen
     first = next(r for r in readings if r.measured)
     mine = (values[0] / reference.decode, values[1] / reference.prefill)
     for other in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if not passed_so_far(other) or other.values is None or not all(math.isfinite(v) for v in other.values):
+        measured = speeds(other) if passed_so_far(other) else None
+        if measured is None:
             continue
         if (other.user_attrs.get("drift") or {}).get("drifted"):
             continue
@@ -166,7 +167,7 @@ def relative_dominator(study: optuna.Study, values: tuple[float, float], referen
         near = nearest(readings, at) if at is not None else first
         if near is None or limits.drifted(near, first):
             continue
-        theirs = (other.values[0] / near.decode, other.values[1] / near.prefill)
+        theirs = (measured[0] / near.decode, measured[1] / near.prefill)
         if all(o > v * (1.0 + margin_rel) for o, v in zip(theirs, mine, strict=True)):
             return other.number
     return None

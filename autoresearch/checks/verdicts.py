@@ -5,7 +5,8 @@ With --task-tier-scope finalists (the default) a candidate that passed fidelity 
 feasibility reads the trial itself: TPE (`trial.constraints`), optuna-dashboard (the system attr
 "constraints" and, for "Best Trial", the values of COMPLETE trials), study.feasible (the finalists' selection,
 RESULTS.md). So the verdict is written there: the `tasks` constraint, the constraints list, the outcome, the
-reasons, and for a rejection NOT_MEASURED as values (as trial.py stores a gate rejection, see its `_gated`).
+reasons, and the values: the measured speeds once it passed (a pending trial stores NOT_MEASURED, as a rejected
+one does: autoresearch.ground.speeds), NOT_MEASURED for a rejection.
 
 Optuna 5 refuses every update to a finished trial through its API (`check_trial_is_updatable`), and has no
 documented way to amend one; this module writes the same rows its RDBStorage writes (its ORM models, in its
@@ -24,6 +25,7 @@ import optuna
 from optuna.storages._rdb import models
 
 from autoresearch.ground.outcome import TrialOutcome
+from autoresearch.ground.speeds import measured_values
 from autoresearch.ground.study import CONSTRAINTS, OK, VIOLATED
 from autoresearch.measures.objectives import NOT_MEASURED
 
@@ -49,7 +51,7 @@ def record_task_verdict(study: optuna.Study, number: int, *, passed: bool,
     earlier = [r for r in trial.user_attrs.get("reasons", []) if not r.startswith("task tier pending")]
     user = {"outcome": outcome.value, "task_tier": JUDGED,
             "reasons": [*earlier, *(reasons if not passed else ["task tier passed (judged by the finalists' stage)"])]}
-    values = None if passed else NOT_MEASURED
+    values = measured_values(trial) if passed else NOT_MEASURED
     session = backend.scoped_session()  # as RDBStorage writes: its thread's session, committed or rolled back
     try:
         row = models.TrialModel.find_or_raise_by_id(trial._trial_id, session)
@@ -60,7 +62,7 @@ def record_task_verdict(study: optuna.Study, number: int, *, passed: bool,
                     session.add(model(trial_id=row.trial_id, key=key, value_json=json.dumps(value)))
                 else:
                     attr.value_json = json.dumps(value)
-        for objective, value in enumerate(values or ()):
+        for objective, value in enumerate(values):
             stored = models.TrialValueModel.find_by_trial_and_objective(row, objective, session)
             stored.value, stored.value_type = models.TrialValueModel.value_to_stored_repr(value)
         session.commit()

@@ -36,7 +36,8 @@ from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import ConfirmedElsewhere, Unmeasured
 from autoresearch.ground.plan import RunPlan, worker_gone, worker_name
 from autoresearch.ground.ranked_by import GEOMEAN
-from autoresearch.ground.study import baseline_trial, feasible, is_baseline, passed_so_far
+from autoresearch.ground.speeds import passed_front
+from autoresearch.ground.study import baseline_trial, feasible, is_baseline
 from autoresearch.measures.baseline import stored_energy_floor, stored_speed_floor
 from autoresearch.measures.faster import ENERGY, judge_speed
 from autoresearch.measures.objectives import objectives_from_bench
@@ -68,10 +69,10 @@ class Champion:
 
 
 def feasible_front(study: optuna.Study, *, with_pending: bool = False) -> list[optuna.trial.FrozenTrial]:
-    """Feasible COMPLETE trials on the Pareto front (Optuna's best_trials filters by constraints); `with_pending`:
-    also those whose task tier is pending (study.passed_so_far), that the finalists' stage may judge."""
-    passed = passed_so_far if with_pending else feasible
-    return [t for t in study.best_trials if passed(t)]
+    """Feasible COMPLETE trials on the Pareto front of their speeds; `with_pending`: the front of those and the
+    ones whose task tier is pending (study.passed_so_far), that the finalists' stage may judge."""
+    front = passed_front(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+    return front if with_pending else [t for t in front if feasible(t)]
 
 
 def _pooled(results: list[BenchResult], ranking: Ranking) -> dict[str, tuple[float, ...]]:

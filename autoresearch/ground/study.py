@@ -146,7 +146,9 @@ def open_study(plan: RunPlan, space: SearchSpace) -> optuna.Study:
         optuna.storages.fail_stale_trials(study)
         fail_gone_workers(study)
         retry_interrupted(study)
-        study.sampler = optuna.samplers.TPESampler(
+        from autoresearch.ground.sampler import GateSampler  # it reads this module's verdicts: imported here
+
+        study.sampler = GateSampler(
             seed=sampler_seed(plan.seed, len(study.trials), worker_name()), multivariate=True, group=True, constraints_func=constraints_of,
             n_startup_trials=min(10, max(2, (plan.trials or 10) // 2)),
         )

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 import optuna
 
 from autoresearch.ground.errors import Unmeasured
+from autoresearch.ground.speeds import speeds
 from autoresearch.ground.study import passed_so_far
 from bench import BenchResult
 from bench.metrics import Metric
@@ -127,8 +128,9 @@ def speedup_score(values: tuple[float, float], baseline: tuple[float, float]) ->
 def dominated_by(study: optuna.Study, values: tuple[float, float], *, margin_rel: float) -> int | None:
     """The number of a feasible trial faster than `values` by more than the margin on both objectives."""
     for other in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if not passed_so_far(other) or other.values is None:
+        measured = speeds(other) if passed_so_far(other) else None
+        if measured is None:
             continue
-        if all(o > v * (1.0 + margin_rel) for o, v in zip(other.values, values, strict=True)):
+        if all(o > v * (1.0 + margin_rel) for o, v in zip(measured, values, strict=True)):
             return other.number
     return None

@@ -28,6 +28,7 @@ import optuna
 
 from autoresearch.ground.errors import Unmeasured
 from autoresearch.ground.ranked_by import ENERGY_RANKED, GEOMEAN, RANKED_BY_ATTR, ranking_label
+from autoresearch.ground.speeds import measured_values
 from autoresearch.measures.energy import ENERGY_RATES
 from autoresearch.measures.faster import ENERGY, TIME, Measure
 from autoresearch.measures.objectives import (
@@ -85,7 +86,7 @@ class Ranking:
         """The trial's gain over the baseline by this study's scalar (search measurements): its request-time
         speed-up, or its energy ratio E(baseline) / E(trial). Above 1: better."""
         if self.ranked_by == GEOMEAN:
-            return speedup_score(tuple(trial.values), tuple(baseline.values))
+            return speedup_score(measured_values(trial), measured_values(baseline))
         if self.mix is None:
             raise Unmeasured("no request mix stored yet: the baseline has not been measured")
         attr = ENERGY_RATES if self.measure is ENERGY else RATES

@@ -19,6 +19,7 @@ from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.outputs import plot_path
 from autoresearch.ground.plan import RunPlan
 from autoresearch.ground.study import load_stored_study
+from autoresearch.report.dashboard_plot import save_gate_plot
 from autoresearch.report.records import StudySnapshot, changed_knobs, with_plot
 from autoresearch.report.snapshot import read_snapshot
 from eval import EvalStore
@@ -96,8 +97,13 @@ def _plot(snapshot: StudySnapshot, path: Path) -> bool:
     return True
 
 
-def write_report(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalStore) -> Path:
+def write_report(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalStore, *,
+                 dashboard: bool = False) -> Path:
+    """RESULTS.md and its plot; `dashboard`: the same plot into the study too, for optuna-dashboard (the loop's
+    own study only: `report` of a stored database writes nothing into it)."""
     snapshot = read_snapshot(plan, study, db, store)
+    if dashboard:
+        save_gate_plot(study, snapshot)
     plot = plot_path(plan.results_md)
     plan.results_md.parent.mkdir(parents=True, exist_ok=True)  # before the plot, which goes beside it
     if _plot(snapshot, plot):

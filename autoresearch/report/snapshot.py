@@ -25,6 +25,7 @@ from autoresearch.ground.errors import Unmeasured
 from autoresearch.ground.outcome import TrialOutcome
 from autoresearch.ground.plan import RunPlan
 from autoresearch.ground.ranked_by import GEOMEAN, RANKED_BY, ranking_label
+from autoresearch.ground.speeds import measured_values, speeds
 from autoresearch.ground.study import baseline_trial, feasible, is_baseline, tasks_pending
 from autoresearch.measures.energy import read_energy
 from autoresearch.measures.objectives import DECODE_RATE, PREFILL_RATE
@@ -288,14 +289,6 @@ def _read_provenance(plan: RunPlan, db: ResultsDB) -> Provenance | None:
         dirty=bool(project.get("dirty")))
 
 
-def _speed(t: optuna.trial.FrozenTrial) -> tuple[float, float] | None:
-    """(decode, prefill) as measured: a rejected trial stores no values (trial.py's _gated), its speeds in user attrs."""
-    if t.values and min(t.values) > 0:
-        return t.values[0], t.values[1]
-    decode, prefill = t.user_attrs.get("decode_tok_per_s"), t.user_attrs.get("prefill_tok_per_s")
-    return (decode, prefill) if decode and prefill else None
-
-
 def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalStore) -> StudySnapshot:
     """Everything RESULTS.md shows of this study, from one read of the store (autoresearch.report.store_read)."""
     study, db, store = study_in_memory(study), StoreRows.read(db, plan.study_name), EvalReads(store)
@@ -311,8 +304,8 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
     mix = _request_mix(study, db, plan.study_name, baseline)
     searched = _search_headlines(db, plan.study_name)
     base_search = [searched[baseline.number]] if baseline and baseline.number in searched else []
-    front = [FrontRow(t.number, t.values[0], t.values[1], ratio(t.values[0], base_vals[0]),
-                      ratio(t.values[1], base_vals[1]), changed_knobs(t.user_attrs.get("config", {}), base_cfg),
+    front = [FrontRow(t.number, *(v := measured_values(t)), ratio(v[0], base_vals[0]),
+                      ratio(v[1], base_vals[1]), changed_knobs(t.user_attrs.get("config", {}), base_cfg),
                       _request_speedup(mix, base_search, [searched[t.number]] if t.number in searched else []),
                       tasks_pending(t))
              for t in feasible_front(study, with_pending=True)]
@@ -322,7 +315,7 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
                         changed_knobs(t.user_attrs["config"], base_cfg) if "config" in t.user_attrs
                         else "not run yet",  # an enqueued trial still waiting has no config: not the baseline's
                         _request_speedup(mix, base_search, [searched[t.number]] if t.number in searched else []),
-                        *(_ratio(v, b) for v, b in zip(_speed(t) or (None, None), base_vals, strict=True)))
+                        *(_ratio(v, b) for v, b in zip(speeds(t) or (None, None), base_vals, strict=True)))
              for t in trials if (t.user_attrs.get("enqueued") or t.user_attrs.get("lever"))
              and TrialOutcome.of(t) is not TrialOutcome.DEFERRED]  # its re-enqueued copy measured it
     rejected = [(t.number, TrialOutcome.of(t), "; ".join(t.user_attrs.get("reasons", []))[:300].replace("|", "/"),
@@ -331,7 +324,7 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
                 and (outcome := TrialOutcome.of(t)) is not None and outcome.rejected]
     on_front = {r.trial for r in front}
     points = [Point(t.number, *speed, feasible(t), t.number in on_front, tasks_pending(t))
-              for t in complete if (speed := _speed(t)) is not None]
+              for t in complete if (speed := speeds(t)) is not None]
     finalists = read_finalists(db.finalists(study=plan.study_name),
                                _finalist_request_speedups(db, plan.study_name, mix, baseline.number if baseline else None))
     champion = _read_champion(study, base_cfg, finalists)

@@ -247,18 +247,18 @@ class TrialRunner(BaselineProtocol):
     def _gated(self, trial, config, record: TrialRecord, gate, decode: float, prefill: float, *,
                tasks_pending: bool = False) -> tuple[float, float]:
         """The gate's verdict as the trial's record. Passed with `tasks_pending`: no `tasks` constraint and an
-        outcome of its own until the finalists' stage judges it (autoresearch.checks.verdicts). Rejected: NOT_MEASURED
-        as its objective values (its speeds stay in its user attrs): optuna-dashboard 0.21 names as "Best Trial"
-        the Pareto front of every COMPLETE trial's values, constraints ignored, and TPE ranks an infeasible
-        trial by its violation alone."""
+        outcome of its own until the finalists' stage judges it (autoresearch.checks.verdicts). Rejected or
+        pending: NOT_MEASURED as its objective values (its speeds stay in its user attrs): optuna-dashboard 0.21
+        names as "Best Trial" the Pareto front of every COMPLETE trial's values, constraints ignored. TPE ranks
+        an infeasible trial by its violation alone, and a pending one by its speeds (autoresearch.ground.sampler)."""
         decision = gate.decision
         self._measure(trial, config, "gate", {"decision_id": gate.decision_id, "passed": decision.passed,
                                               "failed_stage": decision.failed_stage, "reasons": decision.reasons})
         trial.set_user_attr("gate_decision_id", gate.decision_id)
         if decision.passed:
             record.constraints["fidelity"] = OK
-            if tasks_pending:
-                return record.end(TrialOutcome.TASKS_PENDING, (decode, prefill))
+            if tasks_pending:  # its speeds stay in its user attrs (autoresearch.ground.speeds) until judged
+                return record.end(TrialOutcome.TASKS_PENDING)
             record.constraints["tasks"] = OK
             return record.end(TrialOutcome.PASSED, (decode, prefill))
         for reason in decision.reasons:

@@ -21,7 +21,11 @@ from autoresearch.checks.judging import PENDING, TierRunner
 from autoresearch.checks.verdicts import record_task_verdict
 from autoresearch.crown.finalists import select_finalists
 from autoresearch.ground.outcome import TrialOutcome
+from autoresearch.ground.sampler import GateSampler, with_pending_speeds
+from autoresearch.ground.speeds import speeds
 from autoresearch.ground.study import CONSTRAINTS, OK, constraints_of, feasible, tasks_pending
+from autoresearch.report.dashboard_plot import GRAPH_ID, save_gate_plot
+from autoresearch.report.records import Point
 from autoresearch.measures.objectives import NOT_MEASURED
 from autoresearch.measures.ranking import Ranking
 from autoresearch.trial.record import TrialRecord
@@ -88,8 +92,38 @@ def test_a_candidate_whose_task_tier_has_not_run_is_pending_not_passed(tmp_path)
     assert TrialOutcome.of(trial) is TrialOutcome.TASKS_PENDING and not TrialOutcome.of(trial).rejected
     assert "tasks" not in trial.constraints and trial.user_attrs["task_tier"] == PENDING
     assert tasks_pending(trial) and not feasible(trial)
-    assert trial.values == [120.0, 1100.0]  # the sampler learns its speed; nothing infeasible is invented
-    assert _get_infeasible_trial_score(trial) == 0
+    # Before: its speeds were its values, so optuna-dashboard named it "Best Trial" before any task ran
+    assert trial.values == list(NOT_MEASURED) and speeds(trial) == (120.0, 1100.0)
+    assert _get_infeasible_trial_score(trial) == 0  # nothing infeasible is invented
+    assert with_pending_speeds(trial).values == [120.0, 1100.0]  # what TPE reads (GateSampler)
+    assert trial.values == list(NOT_MEASURED)  # a copy: the stored trial is untouched
+
+
+def test_tpe_searches_near_a_pending_trial_as_near_a_passed_one(tmp_path):
+    """A pending trial is the night's likely champion. Plain TPE reads its NOT_MEASURED values as the slowest
+    of all and samples away from it; GateSampler reads its measured speeds (fails with plain TPESampler)."""
+    def near_the_fast_one(sampler_type) -> float:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            study = optuna.create_study(directions=["maximize", "maximize"], sampler=sampler_type(
+                constraints_func=constraints_of, seed=7, n_startup_trials=1, multivariate=True))
+        dist = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
+        for i in range(12):  # slow configurations spread over x < 0.5, each passed
+            study.add_trial(optuna.trial.create_trial(
+                params={"x": 0.04 * i}, distributions=dist, values=[50.0 + i, 500.0 + i],
+                constraints={k: OK for k in CONSTRAINTS}, user_attrs={"decode_tok_per_s": 50.0 + i,
+                                                                 "prefill_tok_per_s": 500.0 + i}))
+        for x in (0.9, 0.92):  # the fast ones, pending, stored as the runner stores them
+            study.add_trial(optuna.trial.create_trial(
+                params={"x": x}, distributions=dist, values=list(NOT_MEASURED),
+                constraints={k: OK for k in CONSTRAINTS if k != "tasks"},
+                user_attrs={"decode_tok_per_s": 200.0, "prefill_tok_per_s": 2000.0, "task_tier": PENDING}))
+        assert all(tasks_pending(t) for t in study.trials[-2:])
+        samples = [study.ask(dist).params["x"] for _ in range(20)]
+        return sum(x > 0.7 for x in samples) / len(samples)
+
+    assert near_the_fast_one(GateSampler) > 0.5
+    assert near_the_fast_one(optuna.samplers.TPESampler) < 0.3  # why GateSampler exists
 
 
 def test_a_tier_verdict_is_written_back_where_sampler_finalists_and_a_resumed_study_read_it(tmp_path):
@@ -165,6 +199,37 @@ def test_optuna_dashboard_names_as_best_only_what_the_gate_passed(tmp_path, dash
         assert "decode_tok_per_s" in {a["key"] for a in drawn[number]["user_attrs"]}
 
 
+def test_optuna_dashboard_names_no_pending_trial_best_and_draws_the_rejected_greyed(tmp_path, dashboard):
+    """Before: a pending trial (no task run) faster than everything judged was the dashboard's "Best Trial".
+    The gate's plot, in the dashboard's own user-plot store, draws every measured trial, the rejected greyed."""
+    study = _study(tmp_path)
+    base = _trial(study, (100.0, 1000.0), passed((100.0, 1000.0)), role="baseline")
+    lossy = _trial(study, (200.0, 2000.0), rejected_at_fidelity((200.0, 2000.0)))
+    waiting = _trial(study, (180.0, 1800.0), pending((180.0, 1800.0)))
+    good = _trial(study, (120.0, 1100.0), passed((120.0, 1100.0)))
+    points = [Point(t.number, *speeds(t), feasible(t), t.number in {waiting, good}, tasks_pending(t))
+              for t in study.trials]
+    snapshot = SimpleNamespace(points=points, baseline=SimpleNamespace(trial=base, decode=100.0, prefill=1000.0))
+    save_gate_plot(study, snapshot)
+
+    url = dashboard(f"sqlite:///{tmp_path / 'results.db'}")
+    with urllib.request.urlopen(f"{url}/api/studies/{study._study_id}", timeout=30) as response:
+        detail = json.load(response)
+    assert [t["number"] for t in detail["best_trials"]] == [good]
+    (figure,) = [json.loads(g["graph_object"]) for g in detail["plotly_graph_objects"] if g["id"] == GRAPH_ID]
+    traces = {trace["name"]: trace for trace in figure["data"]}
+    assert traces["rejected by the gate"]["text"] == [f"trial {lossy}"]
+    assert traces["rejected by the gate"]["marker"]["color"] == "#cccccc"  # greyed, as the dashboard greys
+    assert (traces["rejected by the gate"]["x"], traces["rejected by the gate"]["y"]) == ([2000.0], [200.0])
+    assert traces["task tier pending"]["text"] == [f"trial {waiting}"]
+    assert traces["passed the gate"]["text"] == [f"trial {base}", f"trial {good}"]
+
+    save_gate_plot(study, SimpleNamespace(points=points[:1], baseline=None))  # shorter: no stale chunk left
+    with urllib.request.urlopen(f"{url}/api/studies/{study._study_id}", timeout=30) as response:
+        (again,) = [json.loads(g["graph_object"]) for g in json.load(response)["plotly_graph_objects"]]
+    assert [t["name"] for t in again["data"]] == ["passed the gate"]
+
+
 def test_a_pending_trial_prunes_what_it_clearly_dominates_and_a_rejected_one_does_not():
     """A pending trial passed every gate that has run: it is a dominance reference, as a passed one was before
     pending existed (with feasible() alone the default scope pruned nothing). A rejected one never is."""
@@ -174,6 +239,8 @@ def test_a_pending_trial_prunes_what_it_clearly_dominates_and_a_rejected_one_doe
     study = optuna.create_study(directions=["maximize", "maximize"])
     through_fidelity = {k: -1.0 for k in CONSTRAINTS if k != "tasks"}
     for constraints in (through_fidelity | {"fidelity": 1.0}, through_fidelity):  # rejected, then pending
-        study.add_trial(optuna.trial.create_trial(values=[200.0, 2000.0], constraints=constraints))
+        study.add_trial(optuna.trial.create_trial(  # as the runner stores both: speeds in user attrs only
+            values=list(NOT_MEASURED), constraints=constraints,
+            user_attrs={"decode_tok_per_s": 200.0, "prefill_tok_per_s": 2000.0}))
     assert dominated_by(study, (100.0, 1000.0), margin_rel=0.05) == 1
     assert dominated_by(study, (195.0, 1000.0), margin_rel=0.05) is None

@@ -320,7 +320,7 @@ def _command(args: argparse.Namespace) -> int:
 
 def _plan_command(args: argparse.Namespace) -> int:
     """The night plan from a stored study or stated rates: no model, no GPU needed."""
-    from autoresearch.ground.stored_study import stored_study
+    from autoresearch.ground.stored_study import stored_concurrency, stored_study
     from autoresearch.night_plan import plan_command
 
     stored = stored_study(args.storage, args.study) if args.study else None
@@ -328,8 +328,11 @@ def _plan_command(args: argparse.Namespace) -> int:
     if suite == "none":
         raise PlanError("plan: --suite none has no task tier to plan")
     policy = _gate_policy(args, mode="guard" if suite == "broad" else "judge").tasks
+    overrides = _suite_overrides(args, embedded=False, suite=suite)
+    if stored_concurrency(stored) is not None:  # the study's own number, which its rates were measured at
+        overrides.setdefault("max_concurrent", stored_concurrency(stored))
     try:
-        return plan_command(args, _suite_spec(suite, _suite_overrides(args, embedded=False, suite=suite)), policy)
+        return plan_command(args, _suite_spec(suite, overrides), policy)
     except ValueError as exc:
         raise PlanError(str(exc)) from exc
 

@@ -41,6 +41,7 @@ from autoresearch.night.progress import Progress
 from autoresearch.night_plan import announce, night_forecast
 from autoresearch.report.results_md import write_report
 from autoresearch.trial.runner import TrialRunner
+from autoresearch.trial.suite_concurrency import CONCURRENCY_KEY, Concurrency, settle_suite_concurrency
 from eval import EvalStore
 from search_space import SpaceContext, build_space, read_model_info
 from search_space.errors import SpaceError
@@ -132,10 +133,11 @@ def run(plan: RunPlan) -> int:
     except SpaceError as exc:  # a --pin mistake: a usage error, found before anything is created
         raise PlanError(f"--pin: {exc}") from exc
     check_enqueued(plan, space)
+    plan, concurrency = settle_suite_concurrency(plan, space)  # before the study: its settings store the number
     preflight(plan)
     plan.study_dir.mkdir(parents=True, exist_ok=True)
     with log_to_file(plan.study_dir / "loop.log"):
-        return _run(plan, space)
+        return _run(plan, space, concurrency)
 
 
 def _record_manifests(plan: RunPlan) -> None:
@@ -145,7 +147,7 @@ def _record_manifests(plan: RunPlan) -> None:
             record_manifest(model)
 
 
-def _run(plan: RunPlan, space) -> int:
+def _run(plan: RunPlan, space, concurrency: Concurrency | None = None) -> int:
     db = ResultsDB(plan.storage_url)  # first: creates the file and switches SQLite to WAL
     store = EvalStore(plan.storage_url)
     stopped = reap_orphan_servers(plan.study_dir / "servers")
@@ -155,6 +157,10 @@ def _run(plan: RunPlan, space) -> int:
     _record_manifests(plan)
     log.info("study %s in %s: %d trials so far; search space of %s configurations", plan.study_name,
              plan.storage_url, len(study.trials), space.size())
+    if concurrency is not None:
+        log.info("%s", concurrency.line())
+        if concurrency.decided or CONCURRENCY_KEY not in study.user_attrs:
+            study.set_user_attr(CONCURRENCY_KEY, concurrency.to_attr())
     clock = NightClock(plan.hours, stored=study.user_attrs.get(NIGHT_KEY))
     with Progress(study=plan.study_name, trials=plan.trials, hours=plan.hours,
                   after_search=lambda: clock.after) as progress:

@@ -29,6 +29,7 @@ from search_space.errors import (
     SearchSpaceError,
     SpaceError,
 )
+from search_space.in_flight import InFlightFit, answers_in_flight
 from search_space.knobs import EnvVar, ExlArg, Knob, SpaceContext, TransformersArg, When
 from search_space.memory import MemoryEstimate, MemoryModel
 from search_space.model_info import ModelInfo, TensorInfo, read_model_info, read_safetensors_header
@@ -58,6 +59,7 @@ __all__ = [
     "ExlArg",
     "FitCheck",
     "FloatRange",
+    "InFlightFit",
     "IntRange",
     "Knob",
     "MemoryEstimate",
@@ -73,6 +75,7 @@ __all__ = [
     "TransformersArg",
     "UseDefault",
     "When",
+    "answers_in_flight",
     "baseline_params",
     "build_space",
     "catalog_for",

@@ -15,7 +15,7 @@ import optuna
 from autoresearch.ground.errors import PlanError
 from results import readable_storage
 
-__all__ = ["sqlite_path", "stored_decode_until", "stored_study", "study_to_read"]
+__all__ = ["sqlite_path", "stored_concurrency", "stored_decode_until", "stored_study", "study_to_read"]
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -54,3 +54,10 @@ def stored_decode_until(attrs: dict | None) -> str | None:
     A plan stored without the key is from before "eos" existed (BenchPlan.to_dict leaves "length" out)."""
     plan = (attrs or {}).get("bench_plan")
     return plan.get("decode_until", "length") if isinstance(plan, dict) else None
+
+
+def stored_concurrency(attrs: dict | None) -> int | None:
+    """The suite's answers in flight the stored study was measured at (autoresearch.trial.suite_concurrency); None
+    for no study, or one at its suite's own number (stored before the number was decided per study)."""
+    settings = (attrs or {}).get("settings")
+    return settings.get("--suite-concurrency") if isinstance(settings, dict) else None

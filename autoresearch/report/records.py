@@ -212,6 +212,7 @@ class StudySnapshot:
     night_plan: dict | None = None  # the latest night plan (autoresearch.night_plan), as the loop printed it
     energy: EnergyReport | None = None  # joules per request beside request time (autoresearch.measures.energy)
     night: dict | None = None  # the night as run (autoresearch.night.clock): each stage planned against measured, cuts
+    suite_concurrency: dict | None = None  # the task tier's answers in flight and why (autoresearch.trial.suite_concurrency)
 
 
 

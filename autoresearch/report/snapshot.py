@@ -52,6 +52,7 @@ from autoresearch.report.records import (
 )
 from autoresearch.report.store_read import EvalReads, StoreRows, study_in_memory
 from autoresearch.trial.provenance import gpu_uuid
+from autoresearch.trial.suite_concurrency import CONCURRENCY_KEY
 from bench.metrics import Metric
 from eval import EvalStore
 from results import to_jsonable
@@ -349,5 +350,6 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
         len(db.measurements(study=plan.study_name, kind=MINIMIZE_KIND)),
         drift=read_drift(plan, study, db),
         night_plan=study.user_attrs.get("night_plan"), night=study.user_attrs.get("night"),
+        suite_concurrency=study.user_attrs.get(CONCURRENCY_KEY),
         energy=read_energy(db, plan.study_name, mix, baseline.number if baseline else None, front, finalists.rows,
                            champion))

@@ -25,7 +25,7 @@ import statistics
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import optuna
@@ -36,8 +36,8 @@ from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import ConfirmedElsewhere, Unmeasured
 from autoresearch.ground.plan import RunPlan, worker_gone, worker_name
 from autoresearch.ground.ranked_by import GEOMEAN
-from autoresearch.ground.speeds import passed_front
-from autoresearch.ground.study import baseline_trial, feasible, is_baseline
+from autoresearch.ground.speeds import speeds
+from autoresearch.ground.study import baseline_trial, feasible, is_baseline, passed_so_far
 from autoresearch.measures.baseline import stored_energy_floor, stored_speed_floor
 from autoresearch.measures.faster import ENERGY, judge_speed
 from autoresearch.measures.objectives import objectives_from_bench
@@ -73,6 +73,14 @@ def feasible_front(study: optuna.Study, *, with_pending: bool = False) -> list[o
     ones whose task tier is pending (study.passed_so_far), that the finalists' stage may judge."""
     front = passed_front(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
     return front if with_pending else [t for t in front if feasible(t)]
+
+
+def passed_front(trials: Iterable[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """The trials through every gate that has run (passed or pending) that no other such trial beats on both
+    speeds (ties kept), by trial number."""
+    through = [(t, s) for t in trials if passed_so_far(t) and (s := speeds(t)) is not None]
+    return sorted((t for t, s in through if not any(o[0] >= s[0] and o[1] >= s[1] and o != s for _, o in through)),
+                  key=lambda t: t.number)
 
 
 def _pooled(results: list[BenchResult], ranking: Ranking) -> dict[str, tuple[float, ...]]:

@@ -5,23 +5,20 @@ trial's values, constraints ignored. So only a trial the gate passed whole keeps
 one and one whose task tier is still pending store NOT_MEASURED (-inf) as values and their speeds in the user
 attrs `decode_tok_per_s` / `prefill_tok_per_s`, set for every measured trial. The loop reads speeds here, never
 `trial.values`, so a pending trial is still the likely champion to the finalists' stage, the early stop and TPE
-(autoresearch.ground.sampler), while the dashboard names only what passed.
+(autoresearch.ground.study.GateSampler), while the dashboard names only what passed.
 
 Usage:
-    speeds(trial)                      # (decode, prefill) tok/s, or None: nothing measured
-    passed_front(study.get_trials())   # the Pareto front of passed_so_far trials, by speeds
+    speeds(trial)           # (decode, prefill) tok/s, or None: nothing measured
+    measured_values(trial)  # the same, or ValueError naming the trial
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 
 import optuna
 
-from autoresearch.ground.study import passed_so_far
-
-__all__ = ["measured_values", "passed_front", "speeds"]
+__all__ = ["measured_values", "speeds"]
 
 
 def speeds(trial: optuna.trial.FrozenTrial) -> tuple[float, float] | None:
@@ -38,12 +35,3 @@ def measured_values(trial: optuna.trial.FrozenTrial) -> tuple[float, float]:
     if found is None:
         raise ValueError(f"trial {trial.number} stored no speeds (decode_tok_per_s, prefill_tok_per_s)")
     return found
-
-
-def passed_front(trials: Iterable[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
-    """The trials through every gate that has run (passed or pending) that no other such trial beats on both
-    speeds (ties kept), by trial number."""
-    through = [(t, s) for t in trials if passed_so_far(t) and (s := speeds(t)) is not None]
-    return sorted((t for t, s in through
-                   if not any(o[0] >= s[0] and o[1] >= s[1] and o != s for _, o in through)),
-                  key=lambda t: t.number)

@@ -9,12 +9,14 @@ the same parameters, so nothing the study decided is lost.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import time
 import warnings
 import zlib
 from collections.abc import Iterable
+from typing import Any
 
 import optuna
 import sqlalchemy
@@ -22,11 +24,13 @@ import sqlalchemy
 from autoresearch.ground.errors import PlanError, StudyError
 from autoresearch.ground.plan import OBJECTIVES, RunPlan, worker_gone, worker_name
 from autoresearch.ground.ranked_by import settle_ranked_by
+from autoresearch.ground.speeds import speeds
 from search_space import SearchSpace, baseline_params
 
-__all__ = ["CONSTRAINTS", "COUNTED", "OK", "VIOLATED", "baseline_trial", "baseline_trial_params", "check_enqueued",
+__all__ = ["CONSTRAINTS", "COUNTED", "OK", "VIOLATED", "GateSampler", "baseline_trial", "baseline_trial_params", "check_enqueued",
            "constraints_of", "fail_gone_workers", "feasible", "is_baseline", "load_stored_study", "model_is_hybrid",
-           "open_study", "params_with", "passed_so_far", "retry_interrupted", "sampler_seed", "tasks_pending"]
+           "open_study", "params_with", "passed_so_far", "retry_interrupted", "sampler_seed", "tasks_pending",
+           "with_pending_speeds"]
 
 log = logging.getLogger(__name__)
 # Each <= 0 when satisfied. A trial sets them by name (Optuna's trial.set_constraint): the one record.
@@ -146,8 +150,6 @@ def open_study(plan: RunPlan, space: SearchSpace) -> optuna.Study:
         optuna.storages.fail_stale_trials(study)
         fail_gone_workers(study)
         retry_interrupted(study)
-        from autoresearch.ground.sampler import GateSampler  # it reads this module's verdicts: imported here
-
         study.sampler = GateSampler(
             seed=sampler_seed(plan.seed, len(study.trials), worker_name()), multivariate=True, group=True, constraints_func=constraints_of,
             n_startup_trials=min(10, max(2, (plan.trials or 10) // 2)),
@@ -252,3 +254,43 @@ def params_with(space: SearchSpace, changes: dict, *, flag: str) -> dict:
     except Exception as exc:
         raise PlanError(f"{flag} {changes}: {exc}") from exc
     return params
+
+
+class GateSampler(optuna.samplers.TPESampler):
+    """TPE that reads a pending trial by its measured speeds, which Optuna's values cannot carry.
+
+    A pending trial stores NOT_MEASURED as values (autoresearch.ground.speeds: else optuna-dashboard names it
+    "Best Trial"). Plain TPE would rank the night's likely champions below every measured trial and search away
+    from them; this one hands TPE a view of the study in which each carries its speeds (with_pending_speeds).
+    Optuna is pinned (5.0.0): TPE reads trials through `study._get_trials` only (tests/autoresearch/test_pending.py)."""
+
+    def sample_relative(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
+                        search_space: dict[str, Any]) -> dict[str, Any]:
+        return super().sample_relative(_SpeedsView(study), trial, search_space)
+
+    def sample_independent(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, param_name: str,
+                           param_distribution: optuna.distributions.BaseDistribution) -> Any:
+        return super().sample_independent(_SpeedsView(study), trial, param_name, param_distribution)
+
+
+def with_pending_speeds(trial: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial:
+    """The trial as TPE should read it: a pending one with its measured speeds as values (a copy)."""
+    measured = speeds(trial) if tasks_pending(trial) else None
+    if measured is None:
+        return trial
+    seen = copy.copy(trial)
+    seen.values = list(measured)
+    return seen
+
+
+class _SpeedsView:
+    """The study, its trials read through with_pending_speeds."""
+
+    def __init__(self, study: optuna.Study):
+        self._study = study
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._study, name)
+
+    def _get_trials(self, *args, **kwargs) -> list[optuna.trial.FrozenTrial]:
+        return [with_pending_speeds(t) for t in self._study._get_trials(*args, **kwargs)]

@@ -250,7 +250,7 @@ class TrialRunner(BaselineProtocol):
         outcome of its own until the finalists' stage judges it (autoresearch.checks.verdicts). Rejected or
         pending: NOT_MEASURED as its objective values (its speeds stay in its user attrs): optuna-dashboard 0.21
         names as "Best Trial" the Pareto front of every COMPLETE trial's values, constraints ignored. TPE ranks
-        an infeasible trial by its violation alone, and a pending one by its speeds (autoresearch.ground.sampler)."""
+        an infeasible trial by its violation alone, and a pending one by its speeds (autoresearch.ground.study.GateSampler)."""
         decision = gate.decision
         self._measure(trial, config, "gate", {"decision_id": gate.decision_id, "passed": decision.passed,
                                               "failed_stage": decision.failed_stage, "reasons": decision.reasons})

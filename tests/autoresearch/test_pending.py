@@ -21,13 +21,20 @@ from autoresearch.checks.judging import PENDING, TierRunner
 from autoresearch.checks.verdicts import record_task_verdict
 from autoresearch.crown.finalists import select_finalists
 from autoresearch.ground.outcome import TrialOutcome
-from autoresearch.ground.sampler import GateSampler, with_pending_speeds
 from autoresearch.ground.speeds import speeds
-from autoresearch.ground.study import CONSTRAINTS, OK, constraints_of, feasible, tasks_pending
-from autoresearch.report.dashboard_plot import GRAPH_ID, save_gate_plot
-from autoresearch.report.records import Point
+from autoresearch.ground.study import (
+    CONSTRAINTS,
+    OK,
+    GateSampler,
+    constraints_of,
+    feasible,
+    tasks_pending,
+    with_pending_speeds,
+)
 from autoresearch.measures.objectives import NOT_MEASURED
 from autoresearch.measures.ranking import Ranking
+from autoresearch.report.dashboard_plot import GRAPH_ID, save_gate_plot
+from autoresearch.report.records import Point
 from autoresearch.trial.record import TrialRecord
 from autoresearch.trial.runner import TrialRunner
 from eval.decision import GateDecision

@@ -99,7 +99,7 @@ def make_plan(args: argparse.Namespace):
         bench_plan=_bench_plan(engine, args, workload, stored_decode_until(resumed)), workload=workload, probe_config=default_probe_config(engine), suite_overrides=overrides,
         pinned=pinned, enqueued=enqueued, levers=not args.no_levers, baseline_changes=baseline_changes, finalists=args.finalists, finalist_launches=args.finalist_launches,
         heartbeat_s=args.heartbeat, grace_s=args.grace, drift=_drift_policy(args),
-        minimize=not model.is_embedded and args.rank_by == "time" if args.minimize is None else args.minimize,
+        minimize=not model.is_embedded if args.minimize is None else args.minimize,
         minimize_launches=args.minimize_launches, minimize_max_launches=args.minimize_max_launches,
         task_tier_scope=args.task_tier_scope, stated_rates=stated_from_args(args), rank_by=args.rank_by,
         startup_timeout_s=300.0 if engine == "transformers" else 900.0,

@@ -217,10 +217,11 @@ def _add_crown(parser: argparse.ArgumentParser, *, rank: bool = True) -> None:
         crown.add_argument("--rank-by", choices=("time", "energy"), default="time",
                            help="what ranks best so far, the finalists and the champion: request time on the workload "
                            "(default), or energy per request under the GPU's own power limit (never changed; "
-                           "--minimize, which keeps request time, is then off)")
+                           "--minimize then keeps energy per request)")
     crown.add_argument("--minimize", action=argparse.BooleanOptionalAction, default=None,
                        help="after the champion is confirmed, remove its changes one at a time (cheapest first) "
-                       "while it stays as fast on request time; export writes that minimal champion "
+                       "while it stays as fast on request time (with --rank-by energy: uses no more energy per "
+                       "request); export writes that minimal champion "
                        "(default: on with --model, off for the embedded default)")
     crown.add_argument("--minimize-launches", type=int, default=2,
                        help="fresh launches of each configuration per minimization round (default 2); with n "

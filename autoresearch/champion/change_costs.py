@@ -2,7 +2,8 @@
 
 Each row is one change of the confirmed champion: what removing it alone did to request time, decode
 and prefill in the ranking round (median ratio and bench's interval, as a signed change), and whether
-the minimal champion keeps it. Nothing is measured here; the numbers are the stored record's.
+the minimal champion keeps it; in a study ranked by energy, its energy per request first, and the
+verdicts in energy's words. Nothing is measured here; the numbers are the stored record's.
 
 Usage:
     table = read_change_costs(study.user_attrs.get("minimization"))
@@ -13,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autoresearch.champion.minimize import Cost, Minimization
+from autoresearch.ground.ranked_by import ENERGY_RANKED
 
 __all__ = ["MINIMIZATION_ATTR", "MINIMIZE_KIND", "ChangeCostRow", "ChangeCosts", "SUBSET_OF", "cost_text",
-           "read_change_costs", "signed_change", "tabbyapi_subsets", "tried_subsets"]
+           "read_change_costs", "signed_change", "tabbyapi_subsets", "tried_subsets", "verdict_text"]
 
 MINIMIZATION_ATTR = "minimization"
 MINIMIZE_KIND = "minimize_bench"  # ar_measurements' kind for a minimization's launch
@@ -31,9 +33,19 @@ def signed_change(ratio: tuple[float, float, float], *, time: bool = False) -> s
 
 
 def cost_text(cost: Cost) -> str:
-    """What a configuration costs against the champion, as RESULTS.md and NOT-EXPRESSED.md say it."""
-    return (f"request time {signed_change(cost.request, time=True)}, decode {signed_change(cost.decode)}, "
+    """What a configuration costs against the champion, as RESULTS.md and NOT-EXPRESSED.md say it (ranked by
+    energy: its energy per request first, "+" more joules)."""
+    energy = f"energy per request {signed_change(cost.energy, time=True)}, " if cost.energy else ""
+    return (f"{energy}request time {signed_change(cost.request, time=True)}, decode {signed_change(cost.decode)}, "
             f"prefill {signed_change(cost.prefill)}")
+
+
+def verdict_text(cost: Cost) -> str:
+    """Bench's verdict on the measure the cost was judged on: faster, same or slower (by time, as stored), or
+    less energy, not shown to use less energy or more energy."""
+    if cost.ranked_by != ENERGY_RANKED:
+        return cost.verdict
+    return cost.measure.words(cost.verdict)
 
 
 @dataclass(frozen=True)
@@ -43,8 +55,9 @@ class ChangeCostRow:
     request: str  # request time without it, against the champion ("-" when not measured)
     decode: str
     prefill: str
-    verdict: str  # bench's on request time in the ranking round
+    verdict: str  # bench's on the study's measure in the ranking round
     kept: str  # "kept" or "removed", and why
+    energy: str = "-"  # energy per request without it, against the champion (a study ranked by energy)
 
 
 @dataclass(frozen=True)
@@ -56,9 +69,10 @@ class ChangeCosts:
     complete: bool
     attempts: int
     minimal_changes: str  # the minimal champion's changes, e.g. "draft_mode=ngram, max_chunk_size=8192"
-    minimal_cost: str | None  # the minimal champion's request time against the champion, from its last attempt
+    minimal_cost: str | None  # the minimal champion's cost against the champion (the measure's), from its last attempt
     gate: str | None  # the minimal champion's gate verdict, as stored
     tabbyapi: tuple[str, ...] = ()  # each expressible subset measured for TabbyAPI, with its cost; the exported one said
+    by_energy: bool = False  # the removals were judged on energy per request (--rank-by energy)
 
 
 SUBSET_OF = {"minimal": "the minimal champion's", "champion": "the confirmed champion's"}
@@ -73,8 +87,8 @@ def tried_subsets(stored: dict | None) -> list[dict]:
 
 def tabbyapi_subsets(stored: dict | None) -> tuple[str, ...]:
     """The subsets TabbyAPI can run that the minimization measured (autoresearch.champion.minimal_champion), one line each:
-    whose subset, its digest, its request time, decode and prefill against the champion, and which one export
-    writes (the faster)."""
+    whose subset, its digest, its request time, decode and prefill against the champion (ranked by energy, its
+    energy per request first), and which one export writes (the faster, or the one using less energy)."""
     out = []
     for t in tried_subsets(stored):
         cost = Cost.from_dict(t["cost"]) if t.get("cost") else None
@@ -98,7 +112,8 @@ def _row(m: Minimization, name: str) -> ChangeCostRow:
                          request=signed_change(cost.request, time=True) if cost else "-",
                          decode=signed_change(cost.decode) if cost else "-",
                          prefill=signed_change(cost.prefill) if cost else "-",
-                         verdict=cost.verdict if cost else "not measured", kept=kept)
+                         verdict=verdict_text(cost) if cost else "not measured", kept=kept,
+                         energy=signed_change(cost.energy, time=True) if cost and cost.energy else "-")
 
 
 def read_change_costs(stored: dict | None) -> ChangeCosts | None:
@@ -112,6 +127,7 @@ def read_change_costs(stored: dict | None) -> ChangeCosts | None:
     return ChangeCosts(rows=[_row(m, c.name) for c in m.changes], launches_per_config=m.launches_per_config,
                        launches=m.launches, bound=m.bound, complete=m.complete, attempts=len(m.attempts),
                        minimal_changes=", ".join(kept) or "(none: the baseline)",
-                       minimal_cost=signed_change(accepted[-1].cost.request, time=True) if accepted else None,
+                       minimal_cost=signed_change(accepted[-1].cost.ranked, time=True) if accepted else None,
                        gate=None if gate is None else f"{'passed' if gate['passed'] else 'failed'}: {gate['reason']}",
-                       tabbyapi=tabbyapi_subsets(m.extra.get("tabbyapi_subset")))
+                       tabbyapi=tabbyapi_subsets(m.extra.get("tabbyapi_subset")),
+                       by_energy=m.ranked_by == ENERGY_RANKED)

@@ -20,6 +20,7 @@ from autoresearch.champion.change_costs import (
     cost_text,
     signed_change,
     tried_subsets,
+    verdict_text,
 )
 from autoresearch.champion.minimize import Cost, Minimization
 from autoresearch.champion.tabbyapi import TabbyExport, expressible_subset, to_tabbyapi
@@ -64,8 +65,9 @@ def export_champion(plan: RunPlan, out: Path | None, *, fmt: str = "serving", fu
         best = (minimization.extra.get("tabbyapi_subset") or {}) if minimization else {}
         if best.get("of") == "champion" and best.get("cost"):  # measured faster for TabbyAPI than the minimal's
             config = ServingConfig.from_dict(champion["config"])
+            better = "to use less energy" if Cost.from_dict(best["cost"]).energy else "faster"
             who = (f"trial {champion['trial']} (the confirmed champion: of what TabbyAPI can express, its changes "
-                   "were measured faster than the minimal champion's)")
+                   f"were measured {better} than the minimal champion's)")
         return _export_tabbyapi(plan, study, config, who, minimization, out or EXPORT_DEFAULTS["tabbyapi"], champion)
     out = out or EXPORT_DEFAULTS["serving"]
     out.write_text(config.to_json() + "\n")
@@ -139,8 +141,9 @@ def _not_expressed(export: TabbyExport, config: ServingConfig, minimization: Min
     lines = ["**Not equivalent.** TabbyAPI has no key for these settings and runs the value after the arrow:", ""]
     for u in export.unexpressed:
         cost = costs.get(u.field)
-        measured = (f"removing it alone from the champion: request time {signed_change(cost.request, time=True)}, "
-                    f"decode {signed_change(cost.decode)}" if cost else "its cost was not measured (no minimization "
+        energy = f"energy per request {signed_change(cost.energy, time=True)}, " if cost and cost.energy else ""
+        measured = (f"removing it alone from the champion: {energy}request time "
+                    f"{signed_change(cost.request, time=True)}, decode {signed_change(cost.decode)}" if cost else "its cost was not measured (no minimization "
                     "removed it alone)")
         lines.append(f"- `{u.field}={u.value}` -> `{u.tabby_runs}` ({u.why}); {measured}")
     subset = expressible_subset(config, hybrid=hybrid)
@@ -151,7 +154,7 @@ def _not_expressed(export: TabbyExport, config: ServingConfig, minimization: Min
     if measured.get("digest") == subset.digest and measured.get("cost"):
         cost = Cost.from_dict(measured["cost"])
         lines.append(f"Measured against the champion ({cost.launches} fresh launches each, interleaved): "
-                     f"{cost_text(cost)}; bench's verdict: {cost.verdict}.")
+                     f"{cost_text(cost)}; bench's verdict: {verdict_text(cost)}.")
         for other in (t for t in tried if t["digest"] != subset.digest and t.get("cost")):
             lines.append(f"{SUBSET_OF.get(other['of'], other['of']).capitalize()} subset (`{other['digest'][:12]}`), "
                          f"measured alike: {cost_text(Cost.from_dict(other['cost']))}.")

@@ -7,7 +7,8 @@ measured by bench on the study's plan, timed as the workload's mean request time
 by answering stored labels from the database: the decisions replay, and only the missing launches
 run. When the minimal champion has settings TabbyAPI cannot express, the subset TabbyAPI runs is
 measured too, in fresh launches interleaved with the champion's, so `export --format tabbyapi` can
-state its speed.
+state its speed. A study ranked by energy is minimized, and its subset chosen, on energy per request
+(RequestMix.energy_j, the same requests): a launch without an energy reading does not count, and says why.
 
 Usage:
     minimization = minimize_champion(plan, study, db, champion)   # None: the baseline is the champion
@@ -27,8 +28,10 @@ from autoresearch.crown.finalists import Champion
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import Unmeasured
 from autoresearch.ground.plan import RunPlan
+from autoresearch.ground.ranked_by import ENERGY_RANKED, RANKED_BY_ATTR
 from autoresearch.ground.study import baseline_trial, model_is_hybrid
-from autoresearch.measures.objectives import objectives_from_bench
+from autoresearch.measures.faster import ENERGY, TIME, Measure, measure_of
+from autoresearch.measures.objectives import energy_objectives, objectives_from_bench
 from autoresearch.measures.request_time import RequestMix
 from bench import BenchError, BenchResult
 from openai_client import ClientError
@@ -44,8 +47,8 @@ KIND = MINIMIZE_KIND
 class _Launcher:
     """measure(config, label) for autoresearch.champion.minimize: a stored launch of that label, or a fresh one."""
 
-    def __init__(self, plan: RunPlan, db: ResultsDB, mix: RequestMix, key: str):
-        self.plan, self.db, self.mix, self.key = plan, db, mix, key
+    def __init__(self, plan: RunPlan, db: ResultsDB, mix: RequestMix, key: str, ranked: Measure = TIME):
+        self.plan, self.db, self.mix, self.key, self.ranked = plan, db, mix, key, ranked
         rows = db.measurements(study=plan.study_name, kind=KIND)
         self.stored = {r["payload"]["label"]: r["payload"] for r in rows if r["payload"].get("minimization") == key}
 
@@ -72,11 +75,19 @@ class _Launcher:
     def _launch(self, result: BenchResult, label: str) -> Launch | None:
         try:
             decode, prefill = objectives_from_bench(result)
-            return Launch(request_time_s=self.mix.time_s(result.headline()), decode_tok_per_s=decode,
-                          prefill_tok_per_s=prefill)
+            launch = Launch(request_time_s=self.mix.time_s(result.headline()), decode_tok_per_s=decode,
+                            prefill_tok_per_s=prefill)
         except Unmeasured as exc:  # a launch with a point unmeasured does not count, as for the finalists
             log.warning("minimization launch %s unmeasured: %s", label, exc)
             return None
+        if self.ranked != ENERGY:
+            return launch
+        try:  # ranked by energy: no reading is no energy, never 0 J (the minimization says why it does not count)
+            joules = self.mix.energy_j(result.energy_headline())
+            decode_j, prefill_j = energy_objectives(result)
+        except Unmeasured as exc:
+            return dataclasses.replace(launch, energy_unmeasured=str(exc))
+        return dataclasses.replace(launch, energy_j=joules, decode_tok_per_j=decode_j, prefill_tok_per_j=prefill_j)
 
 
 def _baseline_mix(study: optuna.Study, db: ResultsDB, plan: RunPlan) -> tuple[ServingConfig, RequestMix]:
@@ -106,9 +117,11 @@ def minimize_champion(plan: RunPlan, study: optuna.Study, db: ResultsDB, champio
     # and measures what it lacks)
     baseline, mix = _baseline_mix(study, db, plan)
     key = config.digest
-    measure = _Launcher(plan, db, mix, key)
+    ranked = measure_of(study.user_attrs.get(RANKED_BY_ATTR))
+    measure = _Launcher(plan, db, mix, key, ranked)
     launches = plan.minimize_launches
-    result = minimize(config, baseline, measure, launches=launches, max_launches=plan.minimize_max_launches)
+    result = minimize(config, baseline, measure, launches=launches, max_launches=plan.minimize_max_launches,
+                      ranked=ranked)
     extra = dict(result.extra)
     if result.minimal.digest == config.digest:  # nothing removed: the confirmed champion, already gated
         extra["gate"] = {"passed": True, "reason": "the minimal champion is the confirmed champion"}
@@ -118,7 +131,8 @@ def minimize_champion(plan: RunPlan, study: optuna.Study, db: ResultsDB, champio
     hybrid = model_is_hybrid(study)
     if config.engine == "exllamav3" and not to_tabbyapi(result.minimal, model_path=plan.model.path,
                                                         hybrid=hybrid).equivalent:
-        extra["tabbyapi_subset"] = subset = _tabbyapi_subset(config, result.minimal, measure, launches, hybrid=hybrid)
+        extra["tabbyapi_subset"] = subset = _tabbyapi_subset(config, result.minimal, measure, launches, hybrid=hybrid,
+                                                             ranked=ranked)
         judged = ((stored or {}).get("extra", {}).get("tabbyapi_subset") or {})
         if judged.get("gate") is not None and judged.get("digest") == subset["digest"]:
             subset["gate"] = judged["gate"]  # replayed to the same subset: judged once, not again
@@ -129,14 +143,14 @@ def minimize_champion(plan: RunPlan, study: optuna.Study, db: ResultsDB, champio
 
 
 def _tabbyapi_subset(champion: ServingConfig, minimal: ServingConfig, measure: _Launcher, launches: int, *,
-                     hybrid: bool) -> dict:
+                     hybrid: bool, ranked: Measure = TIME) -> dict:
     """What TabbyAPI should run of a champion it cannot fully express: the expressible subset of the minimal
     champion, or of the confirmed one where that differs (the minimal champion's removals were judged with the
     settings TabbyAPI lacks in place: without them, a removed change can be worth keeping again), each
     measured in fresh launches interleaved with the champion's. The confirmed champion's subset is chosen only
     when autoresearch.measures.faster calls it faster than the minimal champion's (their own launches, the minimal's as
-    the reference); otherwise the minimal champion's. Returns its digest, config, cost and `chosen` (why), and
-    every subset tried."""
+    the reference; `ranked=ENERGY`: calls it less energy, and launches without an energy reading do not count);
+    otherwise the minimal champion's. Returns its digest, config, cost and `chosen` (why), and every subset tried."""
     subsets = {"minimal": expressible_subset(minimal, hybrid=hybrid)}
     full = expressible_subset(champion, hybrid=hybrid)
     if full.digest != subsets["minimal"].digest:
@@ -148,19 +162,21 @@ def _tabbyapi_subset(champion: ServingConfig, minimal: ServingConfig, measure: _
         champ.append(measure(champion, f"tabbyapi/champion/{i}"))
         for of, subset in subsets.items():
             runs[of].append(measure(subset, f"{labels[of]}/{i}"))
-    champ = [x for x in champ if x]
-    done = {of: [x for x in launched if x] for of, launched in runs.items()}
+    champ = [x for x in champ if x and x.missing(ranked) is None]
+    done = {of: [x for x in launched if x and x.missing(ranked) is None] for of, launched in runs.items()}
     tried = []
     for of, subset in subsets.items():
-        cost = judge(champ, done[of]) if champ and done[of] else None
+        cost = judge(champ, done[of], ranked=ranked) if champ and done[of] else None
         tried.append({"of": of, "digest": subset.digest, "config": subset.to_dict(),
                       "cost": cost.to_dict() if cost else None})
     best, chosen = tried[0], "the minimal champion's: no other subset"
     if len(tried) > 1 and done["minimal"] and done["champion"]:
-        versus = judge(done["minimal"], done["champion"])  # the champion's subset against the minimal's
-        words = {"faster": "faster", "slower": "slower", "same": "not shown faster"}[versus.verdict]
+        versus = judge(done["minimal"], done["champion"], ranked=ranked)  # the champion's subset against the minimal's
+        words = versus.measure.words(versus.verdict)
         chosen = (f"the confirmed champion's subset is {words} than the minimal champion's: request time "
-                  f"{signed_change(versus.request, time=True)}")
+                  f"{signed_change(versus.request, time=True)}") if versus.ranked_by != ENERGY_RANKED else (
+            f"the confirmed champion's subset against the minimal champion's: {words}, energy per request "
+            f"{signed_change(versus.energy, time=True)}")
         best = tried[1] if versus.verdict == "faster" else tried[0]
     elif len(tried) > 1 and done["champion"] and not done["minimal"]:
         best, chosen = tried[1], "the minimal champion's subset was never measured"

@@ -9,12 +9,19 @@ the champion, and kept out unless autoresearch.measures.faster's rule calls the 
 (request time beyond its noise, or decode or prefill beyond theirs). A change that stayed in is tried again once a later removal changed the configuration it was
 tried on, so the stop rule holds at the end: removing any change still in makes it measurably slower.
 
+A study ranked by energy (`ranked=ENERGY`) is minimized by the same rule on its measure: a removal's cost is its
+joules per request against the champion's (beside them, decode and prefill in tokens per joule), its floor
+energy's launch-to-launch noise, and a removal stays out unless the result uses measurably more energy; a
+removal that costs time but no energy is taken. A launch without an energy reading does not count there
+(never 0 J), and why is said where it leaves a removal unmeasured.
+
 The bound: a ranking round of launches x (n + 1) launches and at most 2n attempts of 2 x launches
 each, so at most launches x (5n + 1) for n changes; reaching it stops with the configuration reached
 so far (every removal in it measured not slower) and says so.
 
 Usage:
     result = minimize(champion, baseline, measure, launches=2)   # measure(config, label) -> Launch | None
+    minimize(champion, baseline, measure, ranked=ENERGY)           # a study ranked by energy
     result.minimal, result.kept, result.costs
 """
 
@@ -26,13 +33,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoresearch.ground.errors import AutoresearchError
-from autoresearch.measures.faster import judge_speed, request_floor
+from autoresearch.ground.ranked_by import ENERGY_RANKED, RANKED_BY
+from autoresearch.measures.faster import ENERGY, TIME, Measure, judge_speed, measure_of, request_floor
 from bench.stats import Comparison, DifferenceRule, compare_one
 from search_space.catalog import EXL3_KNOBS
 from serving.config import ServingConfig
 from serving.errors import ConfigError
 
-__all__ = ["Change", "Cost", "Launch", "Minimization", "MinimizeError", "changes_of", "launch_bound", "minimize", "without"]
+__all__ = ["Change", "Cost", "Launch", "Minimization", "MinimizeError", "changes_of", "decision", "launch_bound", "minimize",
+           "without"]
 
 log = logging.getLogger(__name__)
 _UNSET = "(exllamav3 default)"  # an EXL3_* variable the config leaves to exllamav3
@@ -45,14 +54,26 @@ class MinimizeError(AutoresearchError):
 
 @dataclass(frozen=True)
 class Launch:
-    """One fresh launch's measurement: the workload's mean request time and the two objectives."""
+    """One fresh launch's measurement: the workload's mean request time and the two objectives, and in a study
+    ranked by energy its joules per request and the two objectives in tokens per joule (None where the launch
+    read no energy, `energy_unmeasured` saying why: it then does not count, never 0 J)."""
 
     request_time_s: float
     decode_tok_per_s: float
     prefill_tok_per_s: float
+    energy_j: float | None = None
+    decode_tok_per_j: float | None = None
+    prefill_tok_per_j: float | None = None
+    energy_unmeasured: str | None = None
+
+    def missing(self, ranked: Measure) -> str | None:
+        """Why this launch cannot be judged on `ranked` (None: it can)."""
+        if ranked == ENERGY and self.energy_j is None:
+            return self.energy_unmeasured or "no energy reading"
+        return None
 
 
-Measure = Callable[[ServingConfig, str], Launch | None]  # None: the launch failed or left a point unmeasured
+LaunchMeasure = Callable[[ServingConfig, str], Launch | None]  # None: the launch failed or left a point unmeasured
 
 
 @dataclass(frozen=True)
@@ -118,13 +139,25 @@ def without(config: ServingConfig, baseline: ServingConfig, name: str) -> tuple[
 @dataclass(frozen=True)
 class Cost:
     """What removing a change did, relative to the champion's launches of the same round: each objective's
-    ratio (without / champion, higher is faster) with bench's interval, and bench's verdict on request time."""
+    ratio (without / champion, higher is faster) with bench's interval, and bench's verdict on the study's
+    measure (request time; energy per request in a study ranked by energy, whose ratio `energy` holds)."""
 
     request: tuple[float, float, float]  # ratio, low, high of the request rate (1 / request time)
     decode: tuple[float, float, float]
     prefill: tuple[float, float, float]
-    verdict: str  # bench's on request time: faster, same or slower
+    verdict: str  # bench's on the measure: faster (less energy), same or slower (more energy)
     launches: int
+    energy: tuple[float, float, float] | None = None  # E(champion) / E(without), low, high: ranked by energy only
+    ranked_by: str = RANKED_BY
+
+    @property
+    def measure(self) -> Measure:
+        return measure_of(self.ranked_by)
+
+    @property
+    def ranked(self) -> tuple[float, float, float]:
+        """The ratio of the measure the study ranks by (above 1: better without the change)."""
+        return self.energy if self.ranked_by == ENERGY_RANKED else self.request
 
     @property
     def request_cost(self) -> float:
@@ -132,13 +165,15 @@ class Cost:
         return 1 / self.request[0] - 1
 
     def to_dict(self) -> dict:
+        energy = {"energy": list(self.energy), "ranked_by": self.ranked_by} if self.ranked_by == ENERGY_RANKED else {}
         return {"request": list(self.request), "decode": list(self.decode), "prefill": list(self.prefill),
-                "verdict": self.verdict, "launches": self.launches}
+                "verdict": self.verdict, "launches": self.launches} | energy
 
     @classmethod
     def from_dict(cls, d: dict) -> Cost:
         return cls(request=tuple(d["request"]), decode=tuple(d["decode"]), prefill=tuple(d["prefill"]),
-                   verdict=d["verdict"], launches=d["launches"])
+                   verdict=d["verdict"], launches=d["launches"],
+                   energy=tuple(d["energy"]) if d.get("energy") else None, ranked_by=d.get("ranked_by", RANKED_BY))
 
 
 @dataclass(frozen=True)
@@ -177,6 +212,7 @@ class Minimization:
     complete: bool  # the stop rule was reached (False: the bound was)
     launches_per_config: int = 2
     extra: dict = field(default_factory=dict)  # e.g. the TabbyAPI-expressible subset's measured cost
+    ranked_by: str = RANKED_BY  # the measure its removals were judged on (autoresearch.ground.ranked_by)
 
     def to_dict(self) -> dict:
         return {"changes": [{"name": c.name, "value": c.value, "baseline": c.baseline, "where": c.where}
@@ -186,7 +222,7 @@ class Minimization:
                 "unremovable": self.unremovable, "attempts": [a.to_dict() for a in self.attempts],
                 "kept": list(self.kept), "minimal": self.minimal.to_dict(), "launches": self.launches,
                 "bound": self.bound, "complete": self.complete, "launches_per_config": self.launches_per_config,
-                "extra": self.extra}
+                "extra": self.extra} | ({"ranked_by": self.ranked_by} if self.ranked_by == ENERGY_RANKED else {})
 
     @classmethod
     def from_dict(cls, d: dict) -> Minimization:
@@ -196,7 +232,7 @@ class Minimization:
                    unremovable=d["unremovable"], attempts=tuple(Attempt.from_dict(a) for a in d["attempts"]),
                    kept=tuple(d["kept"]), minimal=ServingConfig.from_dict(d["minimal"]), launches=d["launches"],
                    bound=d["bound"], complete=d["complete"], launches_per_config=d["launches_per_config"],
-                   extra=d.get("extra", {}))
+                   extra=d.get("extra", {}), ranked_by=d.get("ranked_by", RANKED_BY))
 
 
 def launch_bound(n_changes: int, launches: int) -> int:
@@ -204,44 +240,78 @@ def launch_bound(n_changes: int, launches: int) -> int:
     return launches * (n_changes + 1) + 2 * n_changes * 2 * launches
 
 
-def judge(champion: Sequence[Launch], candidate: Sequence[Launch], rule: DifferenceRule = _RULE) -> Cost:
+def judge(champion: Sequence[Launch], candidate: Sequence[Launch], rule: DifferenceRule = _RULE,
+          ranked: Measure = TIME) -> Cost:
     """The candidate against the champion's launches of the same round, by autoresearch.measures.faster's rule: request
     time beyond its noise, decode and prefill each beyond theirs. The noise floors are the champion's own
     launch-to-launch differences (its first two launches), as the finalists' are the baseline's; with one
-    launch none is known (the rule's minimum effect)."""
+    launch none is known (the rule's minimum effect). `ranked=ENERGY`: the same rule on joules per request,
+    decode and prefill in tokens per joule (every launch given has an energy reading); request time is kept
+    beside it, not judged."""
     def points(rates: Callable[[Launch], float], name: str) -> Comparison:
         ref = [rates(x) for x in champion]
         return compare_one(name, ref, [rates(x) for x in candidate], rule=rule, floor_rel=request_floor(ref))
 
+    by_energy = ranked == ENERGY
     decode = points(lambda x: x.decode_tok_per_s, "decode")
     prefill = points(lambda x: x.prefill_tok_per_s, "prefill")
     times = [x.request_time_s for x in champion]
     speed = judge_speed(times, [x.request_time_s for x in candidate], floor_rel=request_floor(times),
-                        points=(decode, prefill), rule=rule)
+                        points=() if by_energy else (decode, prefill), rule=rule)
+    energy = None
+    if by_energy:
+        joules = [x.energy_j for x in champion]
+        energy = judge_speed(joules, [x.energy_j for x in candidate], floor_rel=request_floor(joules), rule=rule,
+                             points=(points(lambda x: x.decode_tok_per_j, "decode energy"),
+                                     points(lambda x: x.prefill_tok_per_j, "prefill energy")), measure=ENERGY)
     return Cost(request=speed.interval, decode=(decode.ratio, decode.ratio_ci_low, decode.ratio_ci_high),
-                prefill=(prefill.ratio, prefill.ratio_ci_low, prefill.ratio_ci_high), verdict=speed.verdict,
-                launches=len(candidate))
+                prefill=(prefill.ratio, prefill.ratio_ci_low, prefill.ratio_ci_high),
+                verdict=(energy or speed).verdict, launches=len(candidate),
+                energy=energy.interval if energy else None, ranked_by=ranked.ranked_by)
 
 
-def _round(measure: Measure, champion: ServingConfig, others: list[tuple[str, ServingConfig]], launches: int,
-           label: str) -> tuple[list[Launch], dict[str, list[Launch]]]:
-    """`launches` fresh launches of the champion and each other config, interleaved (drift hits all alike)."""
-    champ: list[Launch] = []
-    runs: dict[str, list[Launch]] = {name: [] for name, _ in others}
+def decision(cost: Cost) -> str:
+    """A removal's outcome in the words of the measure it was judged on ("kept: ..." or "removed: ...")."""
+    if cost.ranked_by != ENERGY_RANKED:
+        return ("kept: without it, measurably slower than the champion" if cost.verdict == "slower"
+                else f"removed: without it, {cost.verdict} as the champion")
+    return {"slower": "kept: without it, measurably more energy per request than the champion",
+            "faster": "removed: without it, less energy per request than the champion",
+            "same": "removed: without it, not shown to use more energy per request than the champion"}[cost.verdict]
+
+
+def _round(measure: LaunchMeasure, champion: ServingConfig, others: list[tuple[str, ServingConfig]], launches: int,
+           label: str, ranked: Measure = TIME) -> tuple[list[Launch], dict[str, list[Launch]], dict[str, list[str]]]:
+    """`launches` fresh launches of the champion and each other config, interleaved (drift hits all alike);
+    the launches that count on `ranked`, and by config, why the others measured did not (e.g. no energy)."""
+    runs: dict[str, list[Launch]] = {name: [] for name in ("champion", *(n for n, _ in others))}
+    why: dict[str, list[str]] = {name: [] for name in runs}
     for i in range(launches):
-        if (got := measure(champion, f"{label}/champion/{i}")) is not None:
-            champ.append(got)
-        for name, config in others:
-            if (got := measure(config, f"{label}/{name}/{i}")) is not None:
+        for name, config in (("champion", champion), *others):
+            at = f"{label}/{name}/{i}"
+            if (got := measure(config, at)) is None:
+                continue
+            if (missing := got.missing(ranked)) is not None:
+                log.warning("minimization launch %s does not count: %s", at, missing)
+                why[name].append(f"{at}: {missing}")
+            else:
                 runs[name].append(got)
+    champ = runs.pop("champion")
     if not champ:
-        raise MinimizeError(f"{label}: no launch of the champion was measured; nothing to compare removals against")
-    return champ, runs
+        raise MinimizeError(f"{label}: no launch of the champion was measured; nothing to compare removals against"
+                            + _unmeasured(why["champion"]))
+    return champ, runs, why
 
 
-def minimize(champion: ServingConfig, baseline: ServingConfig, measure: Measure, *, launches: int = 2,
-             max_launches: int | None = None, rule: DifferenceRule = _RULE) -> Minimization:
-    """Remove the champion's changes, cheapest first, while the result is not measurably slower on request time.
+def _unmeasured(why: list[str]) -> str:
+    """Why a removal was not measured, appended to the words that say so ("" where every launch failed)."""
+    return f" ({'; '.join(why)})" if why else ""
+
+
+def minimize(champion: ServingConfig, baseline: ServingConfig, measure: LaunchMeasure, *, launches: int = 2,
+             max_launches: int | None = None, rule: DifferenceRule = _RULE, ranked: Measure = TIME) -> Minimization:
+    """Remove the champion's changes, cheapest first, while the result is not measurably slower on request time
+    (`ranked=ENERGY`: while it uses no measurably more energy per request).
 
     `measure(config, label)` launches `config` fresh and measures it (None when that launch failed);
     labels are unique within one minimization, so a resumed run can answer from stored launches.
@@ -270,13 +340,14 @@ def minimize(champion: ServingConfig, baseline: ServingConfig, measure: Measure,
             carried[c.name] = removed[1:]
         except ConfigError as exc:
             unremovable[c.name] = f"cannot be removed alone: {exc}"
-    champ, runs = _round(counted, champion, single, launches, "rank")
-    costs = {name: judge(champ, runs[name], rule) if runs[name] else None for name, _ in single}
+    champ, runs, why = _round(counted, champion, single, launches, "rank", ranked)
+    costs = {name: judge(champ, runs[name], rule, ranked) if runs[name] else None for name, _ in single}
     costs |= {name: None for name in unremovable}
-    order = sorted((n for n, c in costs.items() if c is not None), key=lambda n: (-costs[n].request[0], n))
+    order = sorted((n for n, c in costs.items() if c is not None), key=lambda n: (-costs[n].ranked[0], n))
     for name, cost in costs.items():
         if cost is None and name not in unremovable:
-            unremovable[name] = "its removal was never measured (every launch failed)"
+            unremovable[name] = "its removal was never measured " + (f"({'; '.join(why[name])})" if why[name]
+                                                                      else "(every launch failed)")
 
     current, present = champion, {c.name for c in changes}
     attempts: list[Attempt] = []
@@ -297,21 +368,23 @@ def minimize(champion: ServingConfig, baseline: ServingConfig, measure: Measure,
             attempts.append(Attempt(name, (name,), None, False, f"cannot be removed here: {exc}"))
             tried_on[name] = current.digest
             continue
-        champ, runs = _round(counted, champion, [("candidate", candidate)], launches, f"step{step}")
+        champ, runs, why = _round(counted, champion, [("candidate", candidate)], launches, f"step{step}", ranked)
         if not runs["candidate"]:
-            attempts.append(Attempt(name, removed, None, False, "kept: no launch without it was measured"))
+            attempts.append(Attempt(name, removed, None, False, "kept: no launch without it was measured"
+                                    + _unmeasured(why["candidate"])))
             tried_on[name] = current.digest
             continue
-        cost = judge(champ, runs["candidate"], rule)
+        cost = judge(champ, runs["candidate"], rule, ranked)
         if cost.verdict == "slower":
-            attempts.append(Attempt(name, removed, cost, False, "kept: without it, measurably slower than the champion"))
+            attempts.append(Attempt(name, removed, cost, False, decision(cost)))
             tried_on[name] = current.digest
         else:
-            attempts.append(Attempt(name, removed, cost, True, f"removed: without it, {cost.verdict} as the champion"))
+            attempts.append(Attempt(name, removed, cost, True, decision(cost)))
             current = candidate
             present -= set(removed)
     kept = tuple(c.name for c in changes if c.name in present)
     log.info("minimized %d changes to %d in %d launches (bound %d)%s", len(changes), len(kept), made, bound,
              "" if complete else ": stopped at the bound")
     return Minimization(changes=changes, costs=costs, carried=carried, unremovable=unremovable, attempts=tuple(attempts), kept=kept,
-                        minimal=current, launches=made, bound=bound, complete=complete, launches_per_config=launches)
+                        minimal=current, launches=made, bound=bound, complete=complete, launches_per_config=launches,
+                        ranked_by=ranked.ranked_by)

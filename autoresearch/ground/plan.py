@@ -202,9 +202,6 @@ class RunPlan:
         if self.rank_by == "energy" and self.bench_plan.gpu_index is None:
             raise PlanError(f"--rank-by energy needs the GPU's energy readings (NVML); the {self.engine} engine's "
                             "bench reads no GPU")
-        if self.rank_by == "energy" and self.minimize:  # autoresearch.champion.minimize keeps request time, not energy
-            raise PlanError("--minimize keeps the champion's request time, not its energy: with --rank-by energy "
-                            "pass --no-minimize")
         named = self.bench_plan.workload["sha256"] if self.bench_plan.workload else None
         if self.workload is not None and named != self.workload.sha256:
             raise PlanError("the bench plan names another workload than the one given")

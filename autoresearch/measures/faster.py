@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from autoresearch.ground.ranked_by import ENERGY_RANKED, RANKED_BY
 from bench.stats import Comparison, DifferenceRule, compare_one
 
-__all__ = ["ENERGY", "RULE", "TIME", "Measure", "SpeedVerdict", "judge_speed", "request_floor"]
+__all__ = ["ENERGY", "RULE", "TIME", "Measure", "SpeedVerdict", "judge_speed", "measure_of", "request_floor"]
 
 RULE = DifferenceRule()  # bench's own
 
@@ -58,9 +58,18 @@ class Measure:
     not_shown: str  # the verdict "same": neither shown better nor worse
     ranked_by: str  # as the study and its champion record it (autoresearch.measures.request_time)
 
+    def words(self, verdict: str) -> str:
+        """A verdict as bench words it (faster, same, slower) in this measure's words."""
+        return {"faster": self.better, "slower": self.worse, "same": self.not_shown}[verdict]
+
 
 TIME = Measure("request time", "faster", "slower", "not shown faster", RANKED_BY)
 ENERGY = Measure("energy per request", "less energy", "more energy", "not shown to use less energy", ENERGY_RANKED)
+
+
+def measure_of(ranked_by: str | None) -> Measure:
+    """The measure a study ranked by `ranked_by` is judged on: energy per request, else time (the geometric mean's too)."""
+    return ENERGY if ranked_by == ENERGY_RANKED else TIME
 
 
 @dataclass(frozen=True)
@@ -87,7 +96,7 @@ class SpeedVerdict:
     def text(self) -> str:
         """The verdict in words with its interval, e.g. "faster: request time 1.120x [1.080, 1.150]"."""
         m = self.measure
-        what = {"faster": m.better, "slower": m.worse, "same": m.not_shown}[self.verdict]
+        what = m.words(self.verdict)
         where = f"; {m.worse} on {', '.join(self.slower_on)}" if self.slower_on else ""
         return (f"{what}: {m.name} {self.speedup:.3f}x [{self.low:.3f}, {self.high:.3f}] "
                 f"(margin {100 * self.margin:.1f}%, {self.launches[1]} vs {self.launches[0]} launches){where}")

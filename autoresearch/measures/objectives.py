@@ -27,7 +27,7 @@ from autoresearch.ground.errors import Unmeasured
 from autoresearch.ground.speeds import speeds
 from autoresearch.ground.study import passed_so_far
 from bench import BenchResult
-from bench.metrics import Metric
+from bench.metrics import DECODE_ENERGY, PREFILL_ENERGY, Metric
 
 __all__ = [
     "DECODE_RATE",
@@ -35,6 +35,7 @@ __all__ = [
     "PREFILL_RATE",
     "decode_weights",
     "dominated_by",
+    "energy_objectives",
     "geometric_mean",
     "objective_metrics",
     "objectives_from_bench",
@@ -99,6 +100,21 @@ def objectives_from_bench(result: BenchResult) -> tuple[float, float]:
     decode = _decode_metrics(result)
     return (geometric_mean((medians[m] for m in decode), (weights[m] for m in decode)),
             geometric_mean(medians[m] for m in _prefill_metrics(result)))
+
+
+def energy_objectives(result: BenchResult) -> tuple[float, float]:
+    """(decode, prefill) tokens per joule, each point weighted as the rates are: what a minimization ranked by
+    energy compares beside joules per request. Raises Unmeasured naming each point without an energy
+    reading (never 0)."""
+    medians = result.energy_headline()
+    weights = decode_weights(result)
+    decode = {str(d.metric(DECODE_ENERGY)): weights[str(d.metric(DECODE_RATE))] for d in result.decode}
+    prefill = [str(p.metric(PREFILL_ENERGY)) for p in result.prefill]
+    missing = [m for m in (*decode, *prefill) if m not in medians]
+    if missing:
+        raise Unmeasured(f"no energy reading at {', '.join(missing)}")
+    return (geometric_mean((medians[m] for m in decode), decode.values()),
+            geometric_mean(medians[m] for m in prefill))
 
 
 def _why(key: str, points: dict) -> str:

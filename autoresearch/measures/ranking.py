@@ -27,10 +27,14 @@ from dataclasses import dataclass
 import optuna
 
 from autoresearch.ground.errors import Unmeasured
+<<<<<<< HEAD
 from autoresearch.ground.ranked_by import ENERGY_RANKED, GEOMEAN, RANKED_BY_ATTR, ranking_label
 from autoresearch.ground.speeds import measured_values
+=======
+from autoresearch.ground.ranked_by import GEOMEAN, RANKED_BY_ATTR, ranking_label
+>>>>>>> energy-minimize
 from autoresearch.measures.energy import ENERGY_RATES
-from autoresearch.measures.faster import ENERGY, TIME, Measure
+from autoresearch.measures.faster import ENERGY, Measure, measure_of
 from autoresearch.measures.objectives import (
     PREFILL_RATE,
     decode_weights,
@@ -80,7 +84,7 @@ class Ranking:
     @property
     def measure(self) -> Measure:
         """The cost autoresearch.measures.faster judges on: energy per request, else time (the geometric mean's too)."""
-        return ENERGY if self.ranked_by == ENERGY_RANKED else TIME
+        return measure_of(self.ranked_by)
 
     def score(self, trial: optuna.trial.FrozenTrial, baseline: optuna.trial.FrozenTrial) -> float:
         """The trial's gain over the baseline by this study's scalar (search measurements): its request-time

@@ -185,7 +185,7 @@ def test_a_smoke_task_tier_is_said_at_the_top():
     s = SimpleNamespace(plan=plan, generated=datetime.datetime(2026, 12, 2), stopped=None,
                         fidelity_gate={"noise_factor": 3, "min_floor_kl_mean": 1e-4, "min_floor_kl_p99": 1e-3,
                                        "min_floor_top1_disagreement": 0.002},
-                        ranking="request time on the workload: T(baseline) / T(candidate)", mix=None)
+                        ranking="request time on the workload: T(baseline) / T(candidate)", mix=None, suite_concurrency=None)
     header = render_section("header", s)
     assert "**The task tier ran as a smoke check" in header
     judged = SimpleNamespace(**{**vars(plan), "gate_policy": GatePolicy()})

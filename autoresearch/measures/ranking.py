@@ -27,12 +27,8 @@ from dataclasses import dataclass
 import optuna
 
 from autoresearch.ground.errors import Unmeasured
-<<<<<<< HEAD
-from autoresearch.ground.ranked_by import ENERGY_RANKED, GEOMEAN, RANKED_BY_ATTR, ranking_label
-from autoresearch.ground.speeds import measured_values
-=======
 from autoresearch.ground.ranked_by import GEOMEAN, RANKED_BY_ATTR, ranking_label
->>>>>>> energy-minimize
+from autoresearch.ground.speeds import measured_values
 from autoresearch.measures.energy import ENERGY_RATES
 from autoresearch.measures.faster import ENERGY, Measure, measure_of
 from autoresearch.measures.objectives import (

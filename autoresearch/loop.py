@@ -163,7 +163,7 @@ def _run(plan: RunPlan, space, concurrency: Concurrency | None = None) -> int:
             study.set_user_attr(CONCURRENCY_KEY, concurrency.to_attr())
     clock = NightClock(plan.hours, stored=study.user_attrs.get(NIGHT_KEY))
     with Progress(study=plan.study_name, trials=plan.trials, hours=plan.hours,
-                  after_search=lambda: clock.after) as progress:
+                  after_search=lambda: clock.after, reserve=lambda: clock.reserve) as progress:
         if clock.left_s() is not None:  # a resumed night: what its earlier calls left
             progress.deadline = progress.started + clock.left_s()
         try:
@@ -188,7 +188,8 @@ class _Night:
         if when and self.runner.suite is not None:  # the printed plan is the task tier's: no suite, nothing to print
             announce(self.study, forecast, when)
         self.progress.forecast = forecast.expected_s
-        self.clock.set_plan(forecast.after_search(), trial_s=forecast.trial_s, search_s=forecast.search_s)
+        self.clock.set_plan(forecast.after_search(), reserve=forecast.reserve(), trial_s=forecast.trial_s,
+                            search_s=forecast.search_s)
 
     def report(self) -> None:
         started = time.monotonic()

@@ -156,23 +156,29 @@ def night_forecast(plan: RunPlan, study: optuna.Study, db: ResultsDB, suite: Sui
     if measured:
         rates = study_rates(study, db, suite, rates)
     policy = plan.gate_policy.tasks
-    launches = minimize_launches(plan.minimize_launches, plan.minimize_max_launches, _champion_changes(study),
-                                 tabbyapi=plan.engine == "exllamav3") if plan.minimize else 0
+    kept, launches = minimize_launches(plan.minimize_launches, plan.minimize_max_launches, _champion_changes(study),
+                                       tabbyapi=plan.engine == "exllamav3") if plan.minimize else (0.0, 0.0)
     return forecast_for(rates, policy=policy, hours=plan.hours, trials=plan.trials,
                         finalists=plan.finalists, finalist_launches=plan.finalist_launches,
                         scope=plan.task_tier_scope, judging=policy.mode == "judge",
                         baseline_first=first_answers(policy, suite) if suite is not None else 0,
-                        minimize_launches=launches, report_s=report_s)
+                        minimize_launches=launches, minimize_kept=kept, report_s=report_s)
 
 
-def minimize_launches(per_config: int, max_launches: int | None, changes: int, *, tabbyapi: bool) -> float:
-    """The minimization's planned launches for a champion of `changes` changes: its ranking round and each
-    change tried once (per_config x (3 changes + 1); autoresearch.champion.minimize's bound allows 5 changes + 1), at
-    most --minimize-max-launches, and with the exllamav3 engine the TabbyAPI subsets' (3 x per_config)."""
-    launches = per_config * (3 * changes + 1)
+def minimize_launches(per_config: int, max_launches: int | None, changes: int, *,
+                      tabbyapi: bool) -> tuple[float, float]:
+    """The minimization's launches for a champion of `changes` changes: (kept, full). Full: its ranking round and
+    each change tried once (per_config x (3 changes + 1); autoresearch.champion.minimize's bound allows 5 changes
+    + 1). Kept: what the night keeps for it before it starts a trial, its ranking round and one attempt
+    (per_config x (changes + 3): the least that minimizes anything, the clock's cut rule,
+    NightClock.minimize_bound); the minimization is the first stage to give, and takes what the deadline leaves
+    up to full (a search stopped to keep its full launches found nothing on the real 0.5B's 15-minute night).
+    Each at most --minimize-max-launches, and with the exllamav3 engine the TabbyAPI subsets' (3 x per_config)."""
+    extra = 3 * per_config if tabbyapi else 0
+    full, kept = per_config * (3 * changes + 1), per_config * (changes + 3)
     if max_launches is not None:
-        launches = min(launches, max_launches)
-    return float(launches + (3 * per_config if tabbyapi else 0))
+        full, kept = min(full, max_launches), min(kept, max_launches)
+    return float(min(kept, full) + extra), float(full + extra)
 
 
 def _champion_changes(study: optuna.Study) -> int:
@@ -192,12 +198,14 @@ def _champion_changes(study: optuna.Study) -> int:
 
 def forecast_for(rates: Rates, *, policy: TaskPolicy, hours: float | None, trials: int | None, finalists: int,
                  finalist_launches: int, scope: str, judging: bool, baseline_first: int = 0,
-                 minimize_launches: float = 0.0, report_s: float = 0.0) -> Forecast:
+                 minimize_launches: float = 0.0, minimize_kept: float | None = None,
+                 report_s: float = 0.0) -> Forecast:
     """The plan for a run stopped by --hours; a run stopped by --trials only is planned for the hours its
     trials would take."""
     bound = None
     kw = {"finalists": finalists, "finalist_launches": finalist_launches, "scope": scope, "judging": judging,
-          "baseline_first": baseline_first, "minimize_launches": minimize_launches, "report_s": report_s}
+          "baseline_first": baseline_first, "minimize_launches": minimize_launches,
+          "minimize_kept": minimize_kept, "report_s": report_s}
     if hours is None:
         per = rates.launch_s + rates.bench_s + rates.fidelity_s
         hours = max((trials or 1) * per / 3600.0, 0.01)
@@ -224,11 +232,11 @@ def plan_command(args: argparse.Namespace, suite: SuiteSpec, policy: TaskPolicy)
         rates = study_rates(study, ResultsDB(args.storage), suite, fallback)
     else:
         rates = rates_from_args(args, suite)
-    launches = 0.0 if args.minimize is False else minimize_launches(
+    kept, launches = (0.0, 0.0) if args.minimize is False else minimize_launches(
         args.minimize_launches, args.minimize_max_launches, ASSUMED_CHANGES, tabbyapi=True)
     forecast = plan_night(rates, policy=policy, hours=args.hours, finalists=args.finalists,
                           finalist_launches=args.finalist_launches, scope=args.task_tier_scope,
                           judging=policy.mode == "judge", baseline_first=first_answers(policy, suite),
-                          minimize_launches=launches)
+                          minimize_launches=launches, minimize_kept=kept)
     print(forecast.text(), end="")
     return 0 if forecast.fits else 1

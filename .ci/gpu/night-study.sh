@@ -10,7 +10,7 @@
 # and prints the sum, which must be <= 990 s, and the night-as-run table:
 #   source .device-kit/setup.sh && source .ci/gpu/eval-install.sh && bash .ci/gpu/night-study.sh
 # Once the loop ends (exit 0) it also writes the TabbyAPI export (tabbyapi-export/, export.log) with its gate verdict.
-# Commit $OUT (RESULTS.md, results.db, study.log, wall.txt, tabbyapi-export) under examples/real-0.5b-night/.
+# Commit $OUT (RESULTS.md, results.db, study.log, wall.txt, tabbyapi-*) under examples/real-0.5b-night/.
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 state=/tmp/night-study; mkdir -p "$state"
@@ -21,14 +21,15 @@ timeout -s INT "${STUDY_SECONDS:-560}" python -m autoresearch --suite offline --
   >>"$state/study.log" 2>&1
 code=$?
 echo "$(( $(date +%s) - started ))" >>"$state/wall.txt"
-echo "exit $code; wall seconds per call: $(tr '\n' ' ' <"$state/wall.txt"); sum $(paste -sd+ "$state/wall.txt" | bc)"
+echo "exit $code; wall seconds per call: $(tr '\n' ' ' <"$state/wall.txt"); sum $(awk '{s+=$1} END {print s}' "$state/wall.txt")"
 python -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" \
   "$state/results.db" "$out/results.db"
 cp "$state/study.log" "$state/wall.txt" "$out/" 2>/dev/null; cp "$state"/RESULTS*.* "$out/" 2>/dev/null
 if [ "$code" -eq 0 ]; then  # the night ended: the champion as TabbyAPI's config, with its gate verdict (#37)
-  python -m autoresearch export --storage "sqlite:///$state/results.db" --format tabbyapi --out "$out/tabbyapi-export" \
-    >"$out/export.log" 2>&1; echo "export exit $?"; cat "$out/export.log" | tail -5
-  head -30 "$out/tabbyapi-export/config.yml" 2>/dev/null
+  python -m autoresearch export --storage "sqlite:///$state/results.db" --format tabbyapi --out "$state/tabbyapi-export" \
+    >"$out/export.log" 2>&1; echo "export exit $?"; tail -5 "$out/export.log"
+  for f in "$state"/tabbyapi-export/*; do cp "$f" "$out/tabbyapi-$(basename "$f")"; done  # flat: $OUT keeps few folders
+  head -30 "$out/tabbyapi-config.yml" 2>/dev/null
   python .ci/gpu/energy_noise.py "$state/results.db" >"$out/energy-noise.txt" 2>&1; tail -15 "$out/energy-noise.txt"  # #41
 fi
 grep -E "the search stops|minimization|champion:|Error|error:" "$state/study.log" | tail -12

@@ -4,7 +4,8 @@ Why: `--hours H` is the night a user gives the whole run, not only its search. T
 search (the finalists' launches, their task-tier judgments with the baseline's lazy answers, the
 minimization and the minimal champion's gate, the report) take hours on a thinking 27B, and a search
 that runs to the deadline overruns by all of them. So the loop starts a trial only while that trial
-and every stage after the search still fit in what is left (`NightClock.may_start`), at the night
+and every stage after the search still fit in what is left (`NightClock.may_start`), the minimization at
+the least it needs (its ranking round and one attempt: it is the first to give, and takes what is left), at the night
 plan's rates (autoresearch.night.forecast: the stated or assumed ones until this run has measured its own),
 re-estimated after every trial. The progress display's ETAs are the same numbers under the same stage
 names (autoresearch.ground.stages).
@@ -24,7 +25,8 @@ resumed night adds up its calls' wall times and RESULTS.md shows the whole run.
 
 Usage:
     clock = NightClock(hours=8, stored=study.user_attrs.get(NIGHT_KEY))
-    clock.set_plan(forecast.after_search(), trial_s=forecast.trial_s, search_s=forecast.search_s)
+    clock.set_plan(forecast.after_search(), reserve=forecast.reserve(), trial_s=forecast.trial_s,
+                   search_s=forecast.search_s)
     why = clock.may_start(trial_s)        # None: the next trial fits
     with clock.timed(FINALISTS): ...
     clock.save(study)
@@ -64,20 +66,26 @@ class NightClock:
         self.first: dict[str, float] | None = old.get("first_plan")
         self.search_stopped: str | None = old.get("search_stopped")  # why the search stopped before --trials
         self.after: dict[str, float] = {}  # the latest plan: seconds of each stage after the search
+        self.reserve: dict[str, float] = {}  # the same, as kept before a trial starts (the minimization's least)
         self.trial_s: float | None = None
         self.ended = False
 
     # ---- the plan ----
 
-    def set_plan(self, after: dict[str, float], *, trial_s: float, search_s: float) -> None:
-        """The latest plan's seconds: each stage after the search, one candidate trial, the whole search."""
+    def set_plan(self, after: dict[str, float], *, trial_s: float, search_s: float,
+                 reserve: dict[str, float] | None = None) -> None:
+        """The latest plan's seconds: each stage after the search as expected (`after`) and as kept before a trial
+        starts (`reserve`: the minimization at its ranking round and one attempt; default `after`), one candidate
+        trial, the whole search."""
         self.after = {name: after.get(name, 0.0) for name in AFTER_SEARCH}
+        self.reserve = {name: (reserve or after).get(name, 0.0) for name in AFTER_SEARCH}
         self.trial_s = trial_s
         if self.first is None:  # the plan made before the first trial, kept for the night as run
             self.first = {SEARCH: search_s, **self.after}
 
     def after_search_s(self) -> float:
-        return sum(self.after.values())
+        """What the search keeps for the stages after it."""
+        return sum(self.reserve.values())
 
     # ---- the deadline ----
 
@@ -95,7 +103,7 @@ class NightClock:
         need = trial_s + self.after_search_s()
         if need <= left:
             return None
-        stages = ", ".join(f"{name} {_dur(s)}" for name, s in self.after.items() if s)
+        stages = ", ".join(f"{name} {_dur(s)}" for name, s in self.reserve.items() if s)
         return (f"the search stops: one more trial ({_dur(trial_s)}) and the stages after it ({stages}) need "
                 f"{_dur(need)}, and {_dur(max(left, 0.0))} of --hours {self.hours:g} is left")
 

@@ -21,8 +21,10 @@ The arithmetic, all of it here:
   stated answer length A under a budget B answers A (1 - exp(-B/A)) tokens and is truncated with
   probability exp(-B/A) (answer lengths assumed exponential: a stated assumption, printed);
 - the finalists' stage costs (finalists + 1) x finalist_launches x (launch + bench);
-- the minimization costs its planned launches x (launch + bench) (autoresearch.night_plan: every change of the
-  champion tried once, and the TabbyAPI subsets), and the minimal champion's gate a launch, fidelity and one
+- in the finalists' scope one judgment is planned: the fastest qualified finalist's (the next is judged only
+  if it fails, and only where it fits: NightClock.may_judge);
+- the minimization costs its planned launches x (launch + bench) (autoresearch.night_plan: its ranking round
+  and one attempt, and the TabbyAPI subsets; it takes what the deadline leaves), and the minimal champion's gate a launch, fidelity and one
   more judgment (the marginal cost of judging one candidate more); the report its measured seconds.
 The stages after the search are what the loop keeps in reserve before it starts a trial (autoresearch.night.clock).
 
@@ -96,8 +98,10 @@ class Forecast:
     judging: bool = True  # False: smoke or guard mode, which answer every task (no sequential walk)
     bound: str | None = None  # what ends the run when it is not --hours (e.g. "--trials 6"): its hours are planned
     walk_basis: str = ""  # where the walk lengths come from, printed
-    minimize_launches: float = 0.0  # the minimization's planned launches (0: none)
+    minimize_launches: float = 0.0  # the minimization's launches, each change tried once (0: none)
     minimization_s: float = 0.0
+    minimize_kept: float = 0.0  # its launches kept in reserve: its ranking round and one attempt
+    minimization_kept_s: float = 0.0
     minimal_gate_s: float = 0.0  # the minimal champion's launch, fidelity and judgment
     report_s: float = 0.0
 
@@ -107,9 +111,14 @@ class Forecast:
 
     def after_search(self) -> dict[str, float]:
         """Seconds of each stage after the search, by the names the loop and the display use
-        (autoresearch.night.clock): what the loop keeps in reserve."""
+        (autoresearch.night.clock): what each is expected to take, the minimization whole."""
         return {FINALISTS: self.finalists_s, TASKS: self.judgment_s if self.scope == "finalists" else 0.0,
                 MINIMIZE: self.minimization_s, MINIMAL_GATE: self.minimal_gate_s, REPORT: self.report_s}
+
+    def reserve(self) -> dict[str, float]:
+        """after_search() with the minimization at what is kept for it: what the loop keeps before it starts a
+        trial (the minimization then takes what the deadline leaves, up to whole)."""
+        return self.after_search() | {MINIMIZE: self.minimization_kept_s}
 
     @property
     def fits(self) -> bool:
@@ -117,7 +126,9 @@ class Forecast:
 
     @property
     def total_s(self) -> float:
-        return self.search_s + sum(self.after_search().values())
+        """The whole run; under --hours the minimization takes at most what the deadline leaves."""
+        total = self.search_s + sum(self.after_search().values())
+        return total if self.bound else min(total, max(self.hours * 3600, self.search_s + sum(self.reserve().values())))
 
     def stage_s(self) -> dict[str, float]:
         """Expected seconds of each stage as the progress display names it: a candidate's stages (TASKS: one
@@ -146,11 +157,13 @@ class Forecast:
                      (" with its task tier" if self.scope == "every" else ""))
         lines.append(f"  trials through launch, bench and fidelity: {self.trials}")
         lines.append(f"  task-tier judgments: {self.judgments} ({h(self.judgment_s)}, the baseline's lazy answers "
-                     "included)")
+                     "included" + ("; another finalist is judged only if this one fails and time is left)"
+                                   if self.scope == "finalists" and self.judgments else ")"))
         lines.append(f"  finalists' stage: {h(self.finalists_s)}")
         if self.minimize_launches:
-            lines.append(f"  minimization: {h(self.minimization_s)} ({self.minimize_launches:.0f} launches: each change "
-                         f"tried once), its gate {h(self.minimal_gate_s)}")
+            lines.append(f"  minimization: up to {h(self.minimization_s)} ({self.minimize_launches:.0f} launches: each change "
+                         f"tried once), {h(self.minimization_kept_s)} kept for it ({self.minimize_kept:.0f} launches: its "
+                         f"ranking round and one attempt; it takes what the deadline leaves), its gate {h(self.minimal_gate_s)}")
         if self.report_s:
             lines.append(f"  report: {h(self.report_s)}")
         lines.append(f"  total: {h(self.total_s)} of {h(self.hours * 3600)}")
@@ -182,11 +195,13 @@ def _hours(seconds: float) -> str:
 
 def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int, finalist_launches: int,
                scope: str = "finalists", judging: bool = True, suggest: bool = True,
-               baseline_first: int = 0, minimize_launches: float = 0.0, report_s: float = 0.0) -> Forecast:
+               baseline_first: int = 0, minimize_launches: float = 0.0, minimize_kept: float | None = None,
+               report_s: float = 0.0) -> Forecast:
     """The plan; its problems name what the night cannot do, its advice what would. `baseline_first`: the
     tasks per taskset the baseline answers in its own trial (autoresearch.checks.task_tier.first_answers), before
     any judgment: only walks past them cost the baseline answers and a relaunch. `minimize_launches`: the
-    minimization's planned launches (0: no minimization, and no minimal gate); `report_s`: one report's seconds.
+    minimization's launches, each change tried once (0: no minimization, and no minimal gate), `minimize_kept` the
+    launches kept for it before a trial starts (default: all of them); `report_s`: one report's seconds.
 
     Raises:
         ValueError: an unknown scope or non-positive hours.
@@ -240,6 +255,8 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
     # the baseline's own answers, in its first launch: one call per taskset
     baseline_s += sum(first(t.tasks or UNKNOWN_TASKS, t.name) * t.task_s + t.call_s for t in r.tasksets)
     minimization_s = minimize_launches * (r.launch_s + r.bench_s)
+    kept = minimize_launches if minimize_kept is None else min(minimize_kept, minimize_launches)
+    kept_s = kept * (r.launch_s + r.bench_s)
 
     def gate_s(judged: int) -> float:  # the minimal champion: a launch, fidelity, one judgment more
         if not minimize_launches:
@@ -247,16 +264,16 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
         more = judgment_cost(judged + 1) - judgment_cost(judged)
         return r.fidelity_s + more + (0.0 if scope == "finalists" and r.tasksets else r.launch_s)
 
-    if scope == "finalists":
-        judged = finalists if r.tasksets else 0
+    if scope == "finalists":  # the fastest qualified finalist; another only if it fails and its judgment fits
+        judged = min(finalists, 1) if r.tasksets else 0
         judgment_s = judgment_cost(judged)
         trial_s = cheap_s
-        tail = minimization_s + gate_s(judged) + report_s
+        tail = kept_s + gate_s(judged) + report_s
         left = budget - baseline_s - finalists_s - judgment_s - tail
         trials = max(int(left // trial_s), 0)
     else:  # every candidate past fidelity: judged inside its trial (the baseline's answers grow with them)
         trial_s = cheap_s + judgment_cost(1)
-        tail = minimization_s + gate_s(1) + report_s  # the gate's judgment: about one more candidate's
+        tail = kept_s + gate_s(1) + report_s  # the gate's judgment: about one more candidate's
         trials = max(int((budget - baseline_s - finalists_s - tail) // trial_s), 0)
         judged = trials if r.tasksets else 0
         judgment_s = judgment_cost(judged) if judged else 0.0
@@ -265,9 +282,9 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
     if judging:
         fixed = baseline_s + finalists_s + (judgment_s if scope == "finalists" else 0.0) + tail
         if scope == "finalists" and fixed + cheap_s * max(finalists, 1) > budget:
-            problems.append(f"the baseline, {finalists} judged finalist(s), the finalists' stage" +
+            problems.append(f"the baseline, {judged} judged finalist(s), the finalists' stage" +
                             (", the minimization and its gate" if minimize_launches else "") +
-                            f" take {_hours(fixed)}, leaving no time to search {finalists} candidate(s) in {hours:g} h")
+                            f" take {_hours(fixed)}, leaving no time to search {max(finalists, 1)} candidate(s) in {hours:g} h")
         if scope == "every" and trials < 1:
             problems.append(f"one judged candidate takes {_hours(trial_s)}: none fits in {hours:g} h after the baseline")
     advice = _advice(rates, policy, hours, finalists, finalist_launches, scope, baseline_first) \
@@ -277,7 +294,8 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
                     judgments=judged, judgment_s=judgment_s,  # smoke and guard answer every task: they cost too
                     finalists_s=finalists_s, tasksets=tuple(plans), claimed_power=policy.power,
                     problems=tuple(problems), advice=tuple(advice), judging=judging, walk_basis=basis,
-                    minimize_launches=minimize_launches, minimization_s=minimization_s,
+                    minimize_launches=minimize_launches, minimization_s=minimization_s, minimize_kept=kept,
+                    minimization_kept_s=kept_s,
                     minimal_gate_s=gate_s(judged if scope == "finalists" else 1), report_s=report_s)
 
 

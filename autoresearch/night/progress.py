@@ -50,11 +50,13 @@ def format_duration(seconds: float) -> str:
 class Progress:
     def __init__(self, *, study: str, trials: int | None, hours: float | None, live: bool | None = None,
                  forecast: Forecast | None = None, clock: Callable[[], float] | None = None,
-                 after_search: Callable[[], dict[str, float]] | None = None):
+                 after_search: Callable[[], dict[str, float]] | None = None,
+                 reserve: Callable[[], dict[str, float]] | None = None):
         self.study = study
         self.trials = trials
         self.forecast = forecast
         self.after_search = after_search  # the plan's seconds of each stage after the search (autoresearch.night.clock)
+        self.reserve = reserve or after_search  # the same as the search keeps them (the minimization's least)
         self._clock = clock or time.monotonic  # looked up now, not at import: a test may script it
         self.started = self._clock()
         self.deadline = self.started + hours * 3600 if hours else None  # a resumed night: the loop sets what is left
@@ -141,10 +143,15 @@ class Progress:
     def study_eta_s(self) -> float | None:
         """Time left in the whole run: the search's and each stage's after it (see the module's docstring)."""
         tail = self.after_search() if self.after_search is not None else {}
+        kept = self.reserve() if self.reserve is not None else tail
+        by_deadline = None if self.deadline is None else max(self.deadline - self._clock(), 0.0)
         if not self.searching:
-            return self._tail_left_s(tail)
-        search = self._search_left_s(sum(tail.values()))
-        return None if search is None else search + sum(tail.values())
+            left = self._tail_left_s(tail)
+        else:
+            search = self._search_left_s(sum(kept.values()))
+            left = None if search is None else search + sum(tail.values())
+        # the minimization takes what the deadline leaves, up to whole: the run ends by the deadline at the latest
+        return left if left is None or by_deadline is None else min(left, by_deadline)
 
     def _search_left_s(self, after_s: float) -> float | None:
         """The trials --trials still allows at the expected trial time, or until the search stops for the stages

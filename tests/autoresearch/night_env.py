@@ -58,16 +58,16 @@ class ScriptedClock:
 class ScriptedMachine(FakeLauncher):
     """FakeLauncher whose launches and benches take scripted seconds; a changed prefill chunk size is faster."""
 
-    def __init__(self, clock: ScriptedClock, baseline_digest: str, **kw):
+    def __init__(self, clock: ScriptedClock, baseline_digest: str, scale: float = 1.0, **kw):
         super().__init__(**kw)
-        self.clock, self.baseline_digest = clock, baseline_digest
+        self.clock, self.baseline_digest, self.scale = clock, baseline_digest, scale
 
     def serve(self, *, config, **kw):
-        self.clock.take(LAUNCH_S * (0.8 + 0.4 * (len(self.launches) % 3) / 2))  # 48, 60, 72 s in turn
+        self.clock.take(self.scale * LAUNCH_S * (0.8 + 0.4 * (len(self.launches) % 3) / 2))  # 48, 60, 72 s in turn
         return super().serve(config=config, **kw)
 
     def run_bench(self, plan, endpoint, workload=None):
-        self.clock.take(BENCH_S)
+        self.clock.take(self.scale * BENCH_S)
         config = self.launches[-1]
         faster = config.digest != self.baseline_digest and config.args.max_chunk_size != 2048
         self.speeds = {"*": (130.0, 1500.0) if faster else (100.0, 1000.0)}
@@ -80,8 +80,9 @@ class ScriptedTier:
     first_s = 300.0  # the baseline's first answers
     judgment_s = 600.0
 
-    def __init__(self, clock: ScriptedClock):
+    def __init__(self, clock: ScriptedClock, scale: float = 1.0):
         self.clock = clock
+        self.first_s *= scale
         self.judged: list[str] = []
 
     def baseline_first(self, server, **_):
@@ -105,16 +106,18 @@ class NightEnv:
     clock: ScriptedClock
     machine: ScriptedMachine
     tier: ScriptedTier
+    scale: float = 1.0  # every scripted second times this (0.1: about the real 0.5B's launch, bench and fidelity)
     stages: list[tuple[str, float, float | None, float | None]] = field(default_factory=list)  # at each stage's
     # start: name, scripted time, the study's ETA, the stage's ETA
 
     @classmethod
-    def make(cls, tmp_path: Path, model, monkeypatch, **plan_kw) -> NightEnv:
+    def make(cls, tmp_path: Path, model, monkeypatch, *, scale: float = 1.0, **plan_kw) -> NightEnv:
         kw = {"suite": "offline", "study_name": "night", "storage_url": f"sqlite:///{tmp_path / 'results.db'}",
               "suite_overrides": {"limit": 40, "max_tokens": 48}, "vram_bytes": 24 * GIB, "minimize": True,
               "minimize_launches": 1, "drift": DriftPolicy(every_trials=None, every_minutes=None),
-              "stated_rates": {"launch_s": LAUNCH_S, "bench_s": BENCH_S, "fidelity_s": FIDELITY_S,
-                               "decode_tok_s": 10.0, "prefill_tok_s": 200.0, "answer_tokens": 32.0}, **plan_kw}
+              "stated_rates": {"launch_s": scale * LAUNCH_S, "bench_s": scale * BENCH_S, "fidelity_s": scale * FIDELITY_S,
+                               "decode_tok_s": 10.0 / scale, "prefill_tok_s": 200.0 / scale, "answer_tokens": 32.0},
+              **plan_kw}
         plan = RunPlan(model=model, engine="exllamav3", workdir=tmp_path / "runs", results_md=tmp_path / "RESULTS.md",
                        bench_plan=default_bench_plan("exllamav3"), probe_config=default_probe_config("exllamav3"),
                        **kw)
@@ -122,9 +125,9 @@ class NightEnv:
         monkeypatch.setattr(time, "monotonic", clock)
         space = build_space(SpaceContext(engine="exllamav3", model=read_model_info(model.path)))
         digest = config_from_params(space, baseline_trial_params(plan, space)).digest
-        machine = ScriptedMachine(clock, digest).install(monkeypatch)
-        tier = ScriptedTier(clock)
-        env = cls(plan=plan, clock=clock, machine=machine, tier=tier)
+        machine = ScriptedMachine(clock, digest, scale).install(monkeypatch)
+        tier = ScriptedTier(clock, scale)
+        env = cls(plan=plan, clock=clock, machine=machine, tier=tier, scale=scale)
         env._install(monkeypatch)
         return env
 
@@ -132,14 +135,14 @@ class NightEnv:
         store = EvalStore(self.plan.storage_url)
 
         def capture(url, probes, **_):
-            self.clock.take(FIDELITY_S)
+            self.clock.take(self.scale * FIDELITY_S)
             try:
                 return store.load_reference(self.plan.model.manifest_hash, _probes(self.plan))
             except MissingReference:
                 return stored_reference(store, self.plan)
 
         def fidelity(url, reference, *, role, label, **_):
-            self.clock.take(FIDELITY_S * 0.9)
+            self.clock.take(self.scale * FIDELITY_S * 0.9)
             return stored_measurement(store, reference, role=role, label=label)
 
         passed = SimpleNamespace(decision=SimpleNamespace(passed=True, failed_stage=None, reasons=[]), decision_id=None)

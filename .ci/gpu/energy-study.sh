@@ -11,7 +11,7 @@
 # energy spread beside the time spread for the baseline's two launches and each finalist's.
 # With RANK_BY=energy it must also show: "Ranked by energy per request on the workload (--rank-by energy)"
 # in RESULTS.md, a champion line "energy per request on the workload N.NNNx the baseline's ... Request time on
-# the workload, from the same launches' records: ...", each finalist's decision in energy's words ("less
+# the workload, from the same launches by the same estimator ...: ...", each finalist's decision in energy's words ("less
 # energy" / "more energy" / "not shown to use less energy", with its interval), and a non-empty stored
 # energy floor (the baseline's two launches; printed below) beside the speed floor; and the champion minimized
 # on energy (issue 41): study.log's "minimal champion: K of N changes kept (L launches of at most 6)", and

@@ -9,7 +9,9 @@ clocks, so the enforced limit and the share of time NVML reported sw_power_cap a
 
 Each measured trial stores these as user attributes (optuna-dashboard shows them) and its energy
 headline (`ENERGY_RATES`, as `ranking.RATES` stores speeds); RESULTS.md's energy table reads the
-stored bench records (`read_energy`). Unmeasured energy is None with a reason, never 0.
+stored bench records (`read_energy`): a configuration of several launches (a finalist) is each launch's
+joules per request, and their median, the finalists' decision's own estimator (autoresearch.measures.faster;
+autoresearch.measures.launch_costs). Unmeasured energy is None with a reason, never 0.
 
 --rank-by energy (autoresearch.measures.ranking) reuses this shape: `BenchResult.energy_samples()` feeds
 bench.stats' noise_floor and compare exactly as samples() does, and the trials' `energy_rates` rank.
@@ -28,7 +30,9 @@ import optuna
 
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import Unmeasured
-from autoresearch.measures.request_time import RequestMix, median_headline
+from autoresearch.measures.faster import ENERGY, median_cost
+from autoresearch.measures.launch_costs import finalist_launches, ratio
+from autoresearch.measures.request_time import RequestMix
 from bench import BenchResult
 
 __all__ = ["ENERGY_RATES", "EnergyReport", "EnergyRow", "EnergyUse", "read_energy", "record_energy"]
@@ -47,11 +51,13 @@ class EnergyUse:
     power_capped_share: float | None = None  # of the sampled time, summed over the launches
     sampled_s: float = 0.0
     methods: dict[str, int] = field(default_factory=dict)  # runs per energy method ("unmeasured" too)
+    launch_j: tuple[float, ...] = ()  # each launch's joules per request, of the launches that read energy
 
     @classmethod
     def of(cls, mix: RequestMix | None, payloads: list[dict]) -> EnergyUse:
-        """From stored bench records (BenchResult.to_dict()) of one configuration: each point's tokens per
-        joule is its median over the launches whose energy covers the mix, as request time's rates are."""
+        """From stored bench records (BenchResult.to_dict()) of one configuration: each launch's joules per
+        request, and their median as the decision takes it (autoresearch.measures.faster.median_cost), over
+        the launches whose energy covers the mix; never each point's median over the launches first."""
         powers = [p["power"] for p in payloads if p.get("power")]
         sampled = sum(p["sampled_s"] for p in powers)
         limits = [p["power_limit_w"] for p in powers if p.get("power_limit_w") is not None]
@@ -67,18 +73,17 @@ class EnergyUse:
         if not powers:
             return cls(None, "no GPU telemetry in its bench records (no NVML, or recorded before bench measured energy)",
                        **power)
-        usable, reasons = [], []
+        launch_j, reasons = [], []
         for p in payloads:
             try:
-                mix.energy_j(p.get("energy") or {})
-                usable.append(p["energy"])
+                launch_j.append(mix.energy_j(p.get("energy") or {}))
             except Unmeasured as exc:
                 reasons.append(str(exc))
-        if not usable:
+        if not launch_j:
             why = sorted({r for p in powers for r in p.get("energy_unmeasured") or ()})
             return cls(None, "; ".join([reasons[0], *why]), **power)
-        joules = mix.energy_j(median_headline(usable))
-        return cls(joules, None, answer_tok_per_j=mix.answer_tokens / joules, **power)
+        joules = median_cost(launch_j)
+        return cls(joules, None, answer_tok_per_j=mix.answer_tokens / joules, launch_j=tuple(launch_j), **power)
 
     def vs(self, baseline: EnergyUse | None) -> float | None:
         """J(this) / J(baseline): below 1, this configuration spends less energy per request."""
@@ -120,21 +125,25 @@ class EnergyReport:
 
 
 def read_energy(db: ResultsDB, study_name: str, mix: RequestMix | None, baseline_trial: int | None,
-                front: list, finalists: list, champion) -> EnergyReport | None:
-    """The energy table: the champion, the finalists (their round's launches, against the baseline's
-    launches of that round) and the front (search launches, against the baseline's); None before a baseline."""
+                front: list, finalists: list, champion, *, by_energy: bool = False) -> EnergyReport | None:
+    """The energy table: the champion, the finalists (their round's launches the decision counted, against
+    the baseline's launches of that round, by judge_speed's ratio: the decision's own when `by_energy`)
+    and the front (search launches, against the baseline's); None before a baseline."""
     if baseline_trial is None:
         return None
     search = {r["trial"]: r["payload"] for r in db.measurements(study=study_name, kind="bench")
               if r["launch"] == 0 and r["trial"] is not None}
-    rounds: dict[tuple[int, int], list[dict]] = {}
-    for r in db.measurements(study=study_name, kind="finalist_bench"):
-        rounds.setdefault((r["payload"]["round"], r["payload"]["trial"]), []).append(r["payload"])
+    rounds = finalist_launches(db.measurements(study=study_name, kind="finalist_bench"), mix, by_energy=by_energy)
     base = EnergyUse.of(mix, [search[baseline_trial]] if baseline_trial in search else [])
 
+    def counted(round_: int, trial: int) -> EnergyUse:
+        launches = rounds.get((round_, trial))
+        return EnergyUse.of(mix, list(launches.payloads) if launches else [])
+
     def finalist(round_: int, trial: int) -> tuple[EnergyUse, float | None]:
-        use = EnergyUse.of(mix, rounds.get((round_, trial), []))
-        return use, use.vs(EnergyUse.of(mix, rounds.get((round_, baseline_trial), [])))
+        use, reference = counted(round_, trial), counted(round_, baseline_trial)
+        gain = ratio(reference.launch_j, use.launch_j, ENERGY)  # E(baseline) / E(it), as the decision takes it
+        return use, None if gain is None else 1 / gain.speedup
 
     rows, champion_row = [], None
     if champion is not None:
@@ -149,7 +158,8 @@ def read_energy(db: ResultsDB, study_name: str, mix: RequestMix | None, baseline
     for r in front:
         use = EnergyUse.of(mix, [search[r.trial]] if r.trial in search else [])
         rows.append(EnergyRow(f"front: trial {r.trial}", r.request_ratio, use, use.vs(base)))
-    powers = [p["power"] for p in (*search.values(), *(x for xs in rounds.values() for x in xs)) if p.get("power")]
+    launched = [r["payload"] for r in db.measurements(study=study_name, kind="finalist_bench")]
+    powers = [p["power"] for p in (*search.values(), *launched) if p.get("power")]
     sampled = sum(p["sampled_s"] for p in powers)
     limits = [p["power_limit_w"] for p in powers if p.get("power_limit_w") is not None]
     return EnergyReport(baseline=base, rows=rows, power_limit_w=max(limits, default=None),

@@ -32,6 +32,7 @@ bench's words (`faster`: the cost is lower beyond the noise).
 Usage:
     v = judge_speed(base_times, cand_times, floor_rel=request_floor(base_times), points=comparisons)
     v.faster, v.verdict, v.speedup, v.interval, v.text()
+    median_cost(base_times)      # one side's cost as the speed-up takes it (what RESULTS.md shows beside it)
     judge_speed(base_joules, cand_joules, floor_rel=energy_floor, points=energy_comparisons, measure=ENERGY)
 """
 
@@ -41,9 +42,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autoresearch.ground.ranked_by import ENERGY_RANKED, RANKED_BY
-from bench.stats import Comparison, DifferenceRule, compare_one
+from bench.stats import Comparison, DifferenceRule, compare_one, summarize
 
-__all__ = ["ENERGY", "RULE", "TIME", "Measure", "SpeedVerdict", "judge_speed", "measure_of", "request_floor"]
+__all__ = ["ENERGY", "RULE", "TIME", "Measure", "SpeedVerdict", "judge_speed", "measure_of", "median_cost",
+           "request_floor"]
 
 RULE = DifferenceRule()  # bench's own
 
@@ -113,6 +115,13 @@ def request_floor(reference_times: Sequence[float], fallback: float | None = Non
     if len(reference_times) > 1:
         return abs(reference_times[1] / reference_times[0] - 1)
     return fallback
+
+
+def median_cost(costs: Sequence[float]) -> float:
+    """One side's cost as judge_speed's ratio takes it: the median over launches of the rates 1 / cost, inverted
+    (with an odd number of launches, the median launch's own cost), so that
+    judge_speed(a, b).speedup == median_cost(a) / median_cost(b)."""
+    return 1 / summarize([1 / c for c in costs], RULE.confidence).median
 
 
 def judge_speed(reference_times: Sequence[float], candidate_times: Sequence[float], *, floor_rel: float | None,

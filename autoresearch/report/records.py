@@ -16,8 +16,8 @@ from autoresearch.measures.energy import EnergyReport
 from autoresearch.measures.request_time import RequestMix
 from autoresearch.report.per_kind import DecodeByKind
 
-__all__ = ["Baseline", "Champion", "Confirmer", "Finalists", "FinalistRow", "FirstTrial", "FrontRow", "Measured",
-           "MeasuredRow", "Point", "Provenance", "StudySnapshot", "TaskDecisionRow", "TaskTier", "TasksetRow",
+__all__ = ["Baseline", "Champion", "Confirmer", "FinalistLaunches", "Finalists", "FinalistRow", "FirstTrial",
+           "FrontRow", "Measured", "MeasuredRow", "Point", "Provenance", "StudySnapshot", "TaskDecisionRow", "TaskTier", "TasksetRow",
            "changed_knobs", "with_plot"]
 
 
@@ -100,9 +100,19 @@ class FinalistRow:
     prefill: float | None
     speedup: float | None  # the stored verdict's number (by the study's ranked_by)
     decision: str
-    request_speedup: float | None = None  # request time, stored or recomputed from the launches' records
+    request_speedup: float | None = None  # request time: stored, or from the launches' records by the decision's estimator
     decode_speedup: float | None = None
     prefill_speedup: float | None = None
+    launch_s: tuple[float, ...] = ()  # each counted launch's request time (s), what the ratios are made of
+
+
+@dataclass(frozen=True)
+class FinalistLaunches:
+    """A configuration's counted launches in one finalists' round, read from their records
+    (autoresearch.measures.launch_costs): each one's request time, and T(baseline) / T(it) from them by
+    judge_speed (None for the baseline, or without the baseline's launches)."""
+    seconds: tuple[float, ...]
+    request_speedup: float | None
 
 
 @dataclass(frozen=True)

@@ -24,18 +24,20 @@ from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import Unmeasured
 from autoresearch.ground.outcome import TrialOutcome
 from autoresearch.ground.plan import RunPlan
-from autoresearch.ground.ranked_by import GEOMEAN, RANKED_BY, ranking_label
+from autoresearch.ground.ranked_by import ENERGY_RANKED, GEOMEAN, RANKED_BY, ranking_label
 from autoresearch.ground.speeds import measured_values, speeds
 from autoresearch.ground.study import baseline_trial, feasible, is_baseline, tasks_pending
 from autoresearch.measures.energy import read_energy
+from autoresearch.measures.launch_costs import finalist_launches, ratio
 from autoresearch.measures.objectives import DECODE_RATE, PREFILL_RATE
 from autoresearch.measures.ranking import Ranking
-from autoresearch.measures.request_time import RequestMix, median_headline
+from autoresearch.measures.request_time import RequestMix
 from autoresearch.report.per_kind import read_decode_by_kind
 from autoresearch.report.records import (
     Baseline,
     Champion,
     Confirmer,
+    FinalistLaunches,
     FinalistRow,
     Finalists,
     FirstTrial,
@@ -137,19 +139,21 @@ def read_task_tier(plan: RunPlan, store: EvalStore, baseline_tasksets: list[Task
     return TaskTier(policy=policy, decisions=rows, guard=guard)
 
 
-def _finalist_row(f: dict, request_speedups: dict[tuple[int, int], float]) -> FinalistRow:
+def _finalist_row(f: dict, launches: dict[tuple[int, int], FinalistLaunches]) -> FinalistRow:
     v = f["verdict"]
+    mine = launches.get((f["round"], f["trial"]))
+    seconds = mine.seconds if mine else ()
     if v.get("baseline") is True:  # rows of older versions hold the baseline's numbers under this key
         return FinalistRow(f["round"], f["trial"], f["decode_tok_per_s"], f["prefill_tok_per_s"], 1.0, "baseline",
-                           1.0, 1.0, 1.0)
+                           1.0, 1.0, 1.0, seconds)
     decision = v.get("reason", "not confirmed faster")  # with autoresearch.measures.faster's interval, where it was judged so
     if v.get("qualified"):  # an older row's reason named the points it was faster on
         decision = f"confirmed {decision}" if "speed" in v else "confirmed faster"
     base = v.get("baseline_values") or v.get("baseline")  # older rows: "baseline"
-    request = v.get("speedup") if v.get("ranked_by") == RANKED_BY else request_speedups.get((f["round"], f["trial"]))
+    request = v.get("speedup") if v.get("ranked_by") == RANKED_BY else mine.request_speedup if mine else None
     return FinalistRow(f["round"], f["trial"], f["decode_tok_per_s"], f["prefill_tok_per_s"], v.get("speedup"), decision,
                        request, _ratio(f["decode_tok_per_s"], base[0] if base else None),
-                       _ratio(f["prefill_tok_per_s"], base[1] if base else None))
+                       _ratio(f["prefill_tok_per_s"], base[1] if base else None), seconds)
 
 
 def _ratio(x: float | None, base: float | None) -> float | None:
@@ -157,16 +161,17 @@ def _ratio(x: float | None, base: float | None) -> float | None:
     return x / base if x and base and x > 0 and base > 0 and math.isfinite(x) else None
 
 
-def read_finalists(finals: list[dict], request_speedups: dict[tuple[int, int], float] | None = None) -> Finalists:
-    """`request_speedups` by (round, trial): recomputed from the launches' records, for rows stored before
-    a verdict's speed-up was the request time."""
+def read_finalists(finals: list[dict], launches: dict[tuple[int, int], FinalistLaunches] | None = None) -> Finalists:
+    """`launches` by (round, trial): each launch's request time, and T(baseline) / T(finalist) from them by
+    the decision's estimator (autoresearch.measures.launch_costs), for rows whose verdict ranked by another
+    measure or was stored before a verdict's speed-up was the request time."""
     confirmer = None
     if finals:
         last = [f["verdict"] for f in finals if f["round"] == finals[-1]["round"]]
         if who := next((v for v in last if v.get("worker")), None):  # one worker confirms, on one GPU
             confirmer = Confirmer(finals[-1]["round"], who["worker"], who.get("gpu") or {},
                                   who.get("cuda_visible_devices"))
-    return Finalists(rows=[_finalist_row(f, request_speedups or {}) for f in finals], confirmer=confirmer)
+    return Finalists(rows=[_finalist_row(f, launches or {}) for f in finals], confirmer=confirmer)
 
 
 def _read_baseline(study: optuna.Study, db: ResultsDB, study_name: str, baseline) -> Baseline | None:
@@ -216,35 +221,23 @@ def _request_mix(study: optuna.Study, db: ResultsDB, study_name: str, baseline) 
 
 
 def _request_speedup(mix: RequestMix | None, base: list[dict], other: list[dict]) -> float | None:
-    """T(baseline) / T(other) on each rate's median over the launches that measured every rate the mix needs."""
-    if mix is None:
+    """T(baseline) / T(other) of two search launches (one each; None where either left a rate unmeasured)."""
+    if mix is None or not base or not other:
         return None
-    base, other = _timed(mix, base), _timed(mix, other)
-    return mix.speedup(median_headline(base), median_headline(other)) if base and other else None
+    try:
+        return mix.speedup(base[0], other[0])
+    except Unmeasured:
+        return None
 
 
-def _timed(mix: RequestMix, headlines: list[dict]) -> list[dict]:
-    out = []
-    for h in headlines:
-        try:
-            mix.time_s(h)
-        except Unmeasured:
-            continue
-        out.append(h)
-    return out
-
-
-def _finalist_request_speedups(db: ResultsDB, study_name: str, mix: RequestMix | None,
-                               baseline_trial: int | None) -> dict[tuple[int, int], float]:
-    launches: dict[tuple[int, int], list[dict]] = {}
-    for r in db.measurements(study=study_name, kind="finalist_bench"):
-        p = r["payload"]
-        launches.setdefault((p["round"], p["trial"]), []).append(p.get("headline") or {})
+def _finalist_launches(db: ResultsDB, study_name: str, mix: RequestMix | None, baseline_trial: int | None,
+                       by_energy: bool) -> dict[tuple[int, int], FinalistLaunches]:
+    rounds = finalist_launches(db.measurements(study=study_name, kind="finalist_bench"), mix, by_energy=by_energy)
     out = {}
-    for (round_, trial), headlines in launches.items():
-        if trial != baseline_trial and (v := _request_speedup(mix, launches.get((round_, baseline_trial), []),
-                                                              headlines)) is not None:
-            out[(round_, trial)] = v
+    for (round_, trial), mine in rounds.items():
+        base = rounds.get((round_, baseline_trial))
+        verdict = ratio(base.seconds, mine.seconds) if base and trial != baseline_trial else None
+        out[(round_, trial)] = FinalistLaunches(mine.seconds, verdict.speedup if verdict else None)
     return out
 
 
@@ -326,8 +319,10 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
     on_front = {r.trial for r in front}
     points = [Point(t.number, *speed, feasible(t), t.number in on_front, tasks_pending(t))
               for t in complete if (speed := speeds(t)) is not None]
+    by_energy = study.user_attrs.get("ranked_by") == ENERGY_RANKED
     finalists = read_finalists(db.finalists(study=plan.study_name),
-                               _finalist_request_speedups(db, plan.study_name, mix, baseline.number if baseline else None))
+                               _finalist_launches(db, plan.study_name, mix, baseline.number if baseline else None,
+                                                  by_energy))
     champion = _read_champion(study, base_cfg, finalists)
     tasksets = task_tier = None
     if plan.suite != "none":
@@ -352,4 +347,4 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
         night_plan=study.user_attrs.get("night_plan"), night=study.user_attrs.get("night"),
         suite_concurrency=study.user_attrs.get(CONCURRENCY_KEY),
         energy=read_energy(db, plan.study_name, mix, baseline.number if baseline else None, front, finalists.rows,
-                           champion))
+                           champion, by_energy=by_energy))

@@ -29,12 +29,14 @@ def _run(point: str, max_tokens: int, energy: RequestEnergy | None, *, capped_s:
         energy = dataclasses.replace(energy, sampled_s=2.0, power_capped_s=capped_s, power_limit_w=300.0)
     return RequestResult(spec=spec, ok=True, started_at_unix_s=0.0, latency_s=2.0, ttft_s=0.2, finish_s=1.9,
                          itl_s=(0.1,) * max(0, max_tokens - 1), text_chunks=max_tokens, finish_reason="length",
-                         prompt_tokens=1024, completion_tokens=max_tokens, cached_tokens=24, energy=energy)
+                         prompt_tokens=1024, completion_tokens=max_tokens, cached_tokens=24, energy=energy,
+                         server_prefill_s=0.19 if point.startswith("prefill") else None)
 
 
 def bench(prefill_tpj: dict[int, float], decode_tpj: dict[str, float], *, capped_s: float = 0.0,
           measured: bool = True) -> BenchResult:
-    """A bench record whose valid runs have these tokens per joule (1000 new prompt tokens; 20 tokens decoded)."""
+    """A bench record whose valid runs have these tokens per joule (1000 new prompt tokens; 20 tokens decoded),
+    its request time measured (the server timed its prefill: a finalist's launch counts only so)."""
     def energy(**joules) -> RequestEnergy | None:
         return RequestEnergy(method="nvml_energy_counter", request_j=99.0, **joules) if measured else None
 
@@ -43,7 +45,7 @@ def bench(prefill_tpj: dict[int, float], decode_tpj: dict[str, float], *, capped
     decode = tuple(DecodePoint(context_tokens=1024, kind=k, output_tokens=20, warmups=(), settled=True, runs=(
         _run(f"decode@1024/{k}", 20, energy(decode_j=18 / v), capped_s=capped_s),) * 3) for k, v in decode_tpj.items())
     server = ServerProfile(url="http://x", model="m", api="chat", max_model_len=None, accepts_ignore_eos=True,
-                           accepts_stream_options=True, reports_cached_tokens=True, reports_timings=False)
+                           accepts_stream_options=True, reports_cached_tokens=True, reports_timings=True)
     return BenchResult(plan={}, server=server, gpu=None, host={}, started_at="", finished_at="", probes=(),
                        prefill=prefill, decode=decode)
 
@@ -109,9 +111,10 @@ def test_results_md_shows_joules_beside_request_time_for_the_champion_finalists_
     lines = render_section("energy", report).splitlines()
     j_base, j_cand = MIX.energy_j(BASE.energy_headline()), MIX.energy_j(cand.energy_headline())
     champ = next(line for line in lines if line.startswith("| champion (trial 4) |"))
-    assert champ.startswith(f"| champion (trial 4) | 1.290x | {j_cand:,.1f} | {j_cand / j_base:.3f}x |")
+    assert champ.startswith(f"| champion (trial 4) | 1.290x | {j_cand:,.1f} | {j_cand:,.1f}, {j_cand:,.1f} | "
+                            f"{j_cand / j_base:.3f}x |")
     assert "nvml_energy_counter (24 runs)" in champ  # its round's two launches: four points of three valid runs each
-    assert any(line.startswith(f"| front: trial 4 | 1.310x | {j_cand:,.1f} |") for line in lines)
+    assert any(line.startswith(f"| front: trial 4 | 1.310x | {j_cand:,.1f} | {j_cand:,.1f} |") for line in lines)
     assert any(line.startswith("| finalist: round 1, trial 0 | 1.000x |") and "| 1.000x |" in line for line in lines)
     blind_row = next(line for line in lines if line.startswith("| front: trial 6 |"))
     assert "| - |" in blind_row and " 0.0 " not in blind_row

@@ -175,7 +175,8 @@ def test_results_md_says_what_ranked_and_shows_the_other_measure_of_the_champion
         assert line.startswith(f"{crowned}energy per request on the workload {1 / champion.speedup:.3f}x the "
                                f"baseline's (E(baseline) / E(champion) {champion.speedup:.3f}x")
         # the reverse: its request time against the baseline's, from the same launches (decode 105 against 100)
-        assert "Request time on the workload, from the same launches' records: 1.0" in line
+        assert "Request time on the workload, from the same launches by the same estimator (each side's median launch, " \
+               "as the decision takes energy): 1.0" in line
         assert "Its energy per request:" not in text
     else:
         assert champion.trial == trials["hot"] and "Ranked by request time on the workload" in text
@@ -191,3 +192,64 @@ def test_best_so_far_names_the_measure_the_study_is_ranked_by(tmp_path, small_mo
     trials = _study(env, "energy")
     assert best_line(env.study).startswith(f"trial {trials['lean']}: decode 105.0, prefill 1010 tok/s (")
     assert best_line(env.study).endswith("x by energy per request)")
+
+
+# Fresh launches that differ as the real 0.5B's did (examples/real-0.5b-energy): a launch fast on decode and slow on
+# prefill beside one the other way round, so no launch is the launch of the points' medians. (decode, prefill), watts.
+IRREGULAR_BASE = ([(100.0, 1030.0), (97.0, 1000.0), (108.0, 880.0)], [300.0, 306.0, 290.0])
+IRREGULAR_CROWNED = ([(150.0, 1420.0), (138.0, 1300.0), (162.0, 1150.0)], [200.0, 212.0, 196.0])
+
+
+@pytest.mark.parametrize(("rank_by", "crowned"), [("time", HOT), ("energy", LEAN)])
+def test_results_md_states_the_decisions_ratios_where_pooled_launches_would_say_otherwise(tmp_path, small_model,
+                                                                                         monkeypatch, rank_by, crowned):
+    """Before: the finalists' and energy tables (and the champion's line) pooled the launches' points and read
+    request time 1.339x and energy 0.515x where the decision's per-launch medians give 1.325x and 0.519x."""
+    import statistics
+
+    from autoresearch.measures.ranking import Ranking
+    from autoresearch.measures.request_time import median_headline
+    from autoresearch.report.results_md import render
+    from autoresearch.report.snapshot import read_snapshot
+
+    env = StageEnv.make(tmp_path, small_model, finalists=1, finalist_launches=3)
+    trials = _study(env, rank_by)
+    FakeLauncher(speeds={"*": IRREGULAR_BASE[0], env.digest(crowned): IRREGULAR_CROWNED[0]},
+                 watts={"*": IRREGULAR_BASE[1], env.digest(crowned): IRREGULAR_CROWNED[1]}).install(monkeypatch)
+    champion = confirm_finalists(env.plan, env.study, env.space, env.db)
+    assert not champion.is_baseline and champion.trial == trials["hot" if crowned is HOT else "lean"]
+
+    mix, plan = Ranking.of(env.study).mix, env.plan.bench_plan
+    base = [bench_result(plan, *s, watts=w) for s, w in zip(*IRREGULAR_BASE, strict=True)]
+    cand = [bench_result(plan, *s, watts=w) for s, w in zip(*IRREGULAR_CROWNED, strict=True)]
+    seconds = [[mix.time_s(r.headline()) for r in side] for side in (base, cand)]
+    joules = [[mix.energy_j(r.energy_headline()) for r in side] for side in (base, cand)]
+    time_ratio = statistics.median(seconds[0]) / statistics.median(seconds[1])  # the decision's: per-launch medians
+    energy_vs = statistics.median(joules[1]) / statistics.median(joules[0])
+    pooled_time = mix.time_s(median_headline(r.headline() for r in base)) / \
+        mix.time_s(median_headline(r.headline() for r in cand))
+    pooled_energy = mix.energy_j(median_headline(r.energy_headline() for r in cand)) / \
+        mix.energy_j(median_headline(r.energy_headline() for r in base))
+    assert f"{time_ratio:.3f}" != f"{pooled_time:.3f}" and f"{energy_vs:.3f}" != f"{pooled_energy:.3f}"
+    decided = _verdicts(env)[champion.trial]["speed"]["speedup"]  # the decision's own, by the ranked measure
+    assert decided == pytest.approx(time_ratio if rank_by == "time" else 1 / energy_vs)
+
+    text = render(read_snapshot(env.plan, env.study, env.db, env.store))
+    line = next(line for line in text.splitlines() if line.startswith(f"**trial {champion.trial}**: "))
+    assert f"{time_ratio:.3f}x" in line and f"{pooled_time:.3f}x" not in line
+    if rank_by == "energy":
+        assert f"(E(baseline) / E(champion) {1 / energy_vs:.3f}x" in line
+    else:
+        its_energy = next(line for line in text.splitlines() if line.startswith("Its energy per request: "))
+        assert its_energy.startswith(f"Its energy per request: {statistics.median(joules[1]):,.1f} J, {energy_vs:.3f}x")
+    row = next(line for line in text.splitlines() if line.startswith(f"| 1 | {champion.trial} | "))
+    per_launch = ", ".join(f"{s:.3f}" for s in seconds[1])
+    assert f"| {time_ratio:.3f}x | {per_launch} |" in row
+    base_row = next(line for line in text.splitlines() if line.startswith(f"| 1 | {trials['baseline']} | "))
+    assert f"| 1.000x | {', '.join(f'{s:.3f}' for s in seconds[0])} |" in base_row
+    for label in (f"champion (trial {champion.trial})", f"finalist: round 1, trial {champion.trial}"):
+        energy_row = next(line for line in text.splitlines() if line.startswith(f"| {label} |"))
+        assert energy_row.startswith(f"| {label} | {time_ratio:.3f}x | {statistics.median(joules[1]):,.1f} | "
+                                     f"{', '.join(f'{j:,.1f}' for j in joules[1])} | {energy_vs:.3f}x |")
+    reference = next(line for line in text.splitlines() if line.startswith(f"| finalist: round 1, trial {trials['baseline']} |"))
+    assert f"| {statistics.median(joules[0]):,.1f} |" in reference

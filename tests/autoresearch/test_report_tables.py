@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import optuna
 
 from autoresearch.ground.db import ResultsDB
+from autoresearch.report.records import FinalistLaunches
 from autoresearch.report.results_md import render_section
 from autoresearch.report.snapshot import read_finalists, read_measured, read_task_tier
 
@@ -59,10 +60,12 @@ def test_the_finalists_table_shows_request_time_decode_and_prefill_side_by_side(
         {"round": 1, "trial": 0, "decode_tok_per_s": 56.17, "prefill_tok_per_s": 5553.5, "verdict": {"baseline": True}},
     ]
     # the older row's stored 0.9 is a geometric mean: its request time comes from its launches' records
-    rows = render_section("finalists_table", read_finalists(finals, {(1, 5): 0.887, (1, 3): 9.9})).splitlines()[-3:]
-    assert rows[0] == "| 1 | 3 | 57.08 | 5,928.5 | 1.021x | 1.016x | 1.068x | confirmed faster |"
-    assert rows[1] == "| 1 | 5 | 50.00 | 5,000.0 | 0.887x | 0.890x | 0.900x | not confirmed faster |"
-    assert rows[2] == "| 1 | 0 | 56.17 | 5,553.5 | 1.000x | 1.000x | 1.000x | baseline |"
+    launches = {(1, 5): FinalistLaunches((2.25, 2.3), 0.887), (1, 3): FinalistLaunches((1.97,), 9.9),
+                (1, 0): FinalistLaunches((2.0, 2.04), None)}
+    rows = render_section("finalists_table", read_finalists(finals, launches)).splitlines()[-3:]
+    assert rows[0] == "| 1 | 3 | 57.08 | 5,928.5 | 1.021x | 1.970 | 1.016x | 1.068x | confirmed faster |"
+    assert rows[1] == "| 1 | 5 | 50.00 | 5,000.0 | 0.887x | 2.250, 2.300 | 0.890x | 0.900x | not confirmed faster |"
+    assert rows[2] == "| 1 | 0 | 56.17 | 5,553.5 | 1.000x | 2.000, 2.040 | 1.000x | 1.000x | baseline |"
     assert "| - |" in render_section("finalists_table", read_finalists(finals[1:]))  # not recomputable: said, not guessed
 
 

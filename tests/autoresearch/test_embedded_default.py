@@ -84,6 +84,44 @@ def test_results_md_reports_the_stored_numbers(embedded_study):
     assert study.user_attrs["champion"]["reason"] in text
 
 
+def test_optuna_dashboard_names_as_best_only_what_the_gate_passed_and_draws_every_measured_trial(embedded_study):
+    """What the README tells a new user to open: the dashboard's own API over the newcomer's results.db. Its
+    "Best Trial" is the front of every COMPLETE trial's values, so only trials the gate passed whole may carry
+    values; the loop's gate plot (a study user plot) draws every measured trial, the rejected greyed."""
+    import threading
+    import urllib.request
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from optuna_dashboard import wsgi
+
+    from autoresearch.ground.speeds import speeds
+    from autoresearch.ground.study import feasible
+    from autoresearch.report.dashboard_plot import GRAPH_ID
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    study = _study(embedded_study)
+    server = make_server("127.0.0.1", 0, wsgi(embedded_study.db_url), handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/api/studies/{study._study_id}"
+        with urllib.request.urlopen(url, timeout=60) as response:
+            detail = json.load(response)
+    finally:
+        server.shutdown()
+        server.server_close()
+    trials = {t.number: t for t in study.get_trials()}
+    best = [t["number"] for t in detail["best_trials"]]
+    assert best and all(feasible(trials[n]) for n in best), best
+    (figure,) = [json.loads(g["graph_object"]) for g in detail["plotly_graph_objects"] if g["id"] == GRAPH_ID]
+    drawn = {text for trace in figure["data"] for text in trace.get("text", [])}
+    measured = {f"trial {t.number}" for t in trials.values()
+                if t.state == optuna.trial.TrialState.COMPLETE and speeds(t) is not None}
+    assert measured <= drawn
+
+
 def test_export_writes_a_servable_config(embedded_study):
     result = run_loop(embedded_study.cwd, embedded_study.env, "export", "--out", "champion.json")
     assert result.returncode == 0, result.stderr

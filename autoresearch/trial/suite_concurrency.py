@@ -83,6 +83,10 @@ def _fitted(plan: RunPlan, space: SearchSpace, suite: SuiteSpec, calibration: Ca
     fit = answers_in_flight(MemoryModel(space.context.model, space.context.draft_model), baseline,
                             Budget(vram_bytes=plan.vram_bytes), calibration, tokens_per_answer=PROMPT_TOKENS + longest,
                             most=suite.max_concurrent)
+    if fit.answers == 0 and fit.fitted > 0:  # the baseline's own cache cannot hold one answer
+        raise PlanError(f"the baseline's cache of {fit.cache_tokens} tokens cannot hold one answer of "
+                        f"{fit.tokens_per_answer} tokens (a {PROMPT_TOKENS}-token prompt and the suite's {longest}-token "
+                        "answer limit); give a larger cache (--pin cache_tokens=N) or shorter answers (--suite-max-tokens)")
     if fit.answers == 0:
         raise PlanError(f"--vram {plan.vram_bytes / 1024**3:.1f} GiB: not even one answer of {fit.tokens_per_answer} "
                         f"tokens (a {PROMPT_TOKENS}-token prompt and the suite's {longest}-token answer limit) fits "
@@ -90,7 +94,9 @@ def _fitted(plan: RunPlan, space: SearchSpace, suite: SuiteSpec, calibration: Ca
                         "or --suite-concurrency N")
     own = suite.max_concurrent
     why = (f"the suite's own {own}" if fit.answers == own else f"the baseline batches at most {fit.most} "
-           "(cache_slots, max_batch_size)" if fit.answers == fit.most else f"fewer than the suite's own {own}")
+           "(cache_slots, max_batch_size)" if fit.answers == fit.most else
+           f"fewer than the suite's own {own}, held by the baseline's cache" if fit.answers == fit.held < fit.fitted
+           else f"fewer than the suite's own {own}")
     why += f": {fit.describe()}"
     return _with(plan, fit.answers), Concurrency(fit.answers, why)
 

@@ -28,7 +28,9 @@ from .night_env import NightEnv
 from .stage_env import GIB
 
 THINKING = {"max_tokens": 32768}  # a thinking model's long answers (the broad suite's AIME limit)
+LARGE_CACHE = {"cache_tokens": 262144}  # a cache that holds 7 such answers: the memory model decides
 BUDGET = 5 * GIB // 4  # room for only a few such answers beside the small model's weights
+TIGHT = int(1.1 * GIB)  # room for 7 answers of 8K tokens beside the small model's weights, and no more
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,7 @@ def model_27b(tmp_path_factory) -> ResolvedModel:
 
 
 def _settle(tmp_path, model: ResolvedModel, **kw):
-    kw = {"suite": "offline", "trials": 4, "vram_bytes": 24 * GIB, "study_name": "concurrency",
+    kw = {"suite": "offline", "trials": 4, "vram_bytes": 24 * GIB, "study_name": "concurrency", "pinned": LARGE_CACHE,
           "storage_url": f"sqlite:///{tmp_path / 'results.db'}", **kw}
     plan = RunPlan(model=model, engine="exllamav3", workdir=tmp_path / "runs", results_md=tmp_path / "RESULTS.md",
                    bench_plan=default_bench_plan("exllamav3"), probe_config=default_probe_config("exllamav3"), **kw)
@@ -62,7 +64,7 @@ def test_a_27b_under_24_gib_answers_fewer_long_thinking_answers_at_once_than_the
 
 
 def test_a_small_model_answers_at_the_suites_own_concurrency(tmp_path, small_model):
-    plan, concurrency = _settle(tmp_path, small_model, suite_overrides=THINKING)
+    plan, concurrency = _settle(tmp_path, small_model, suite_overrides={"max_tokens": 16384})  # its cache holds 15
     assert concurrency.answers == 8 and plan.suite_overrides["max_concurrent"] == 8
     assert "(the suite's own 8: " in concurrency.line()
 
@@ -89,12 +91,12 @@ def test_without_a_vram_budget_the_suite_keeps_its_own(tmp_path, small_model):
 
 
 def test_a_resumed_study_reuses_the_number_it_was_measured_at(tmp_path, small_model, monkeypatch, caplog):
-    """1.25 GiB and answers of 32K tokens: 132 MiB of cache each beside the small model. The servers then report
-    peaks above the predictions; the calibration, asked afresh, would now fit fewer: the resume keeps the study's
-    number (one number per study: batching can change the numerics)."""
+    """1.1 GiB and answers of 8K tokens beside the small model, whose 64K cache would hold 7 of them: 7 fit. The
+    servers then report peaks above the predictions; the calibration, asked afresh, would now fit fewer: the resume
+    keeps the study's number (one number per study: batching can change the numerics)."""
     smoke = GatePolicy(tasks=TaskPolicy(mode="smoke"))
-    env = NightEnv.make(tmp_path, small_model, monkeypatch, trials=2, vram_bytes=BUDGET, gate_policy=smoke,
-                        suite_overrides={"limit": 40, **THINKING})
+    env = NightEnv.make(tmp_path, small_model, monkeypatch, trials=2, vram_bytes=TIGHT, gate_policy=smoke,
+                        suite_overrides={"limit": 40, "max_tokens": 8192}, pinned={"cache_tokens": 65536})
     caplog.set_level(logging.INFO, logger="autoresearch")
     assert env.run() == 0
     study = env.study()
@@ -108,9 +110,10 @@ def test_a_resumed_study_reuses_the_number_it_was_measured_at(tmp_path, small_mo
     db.add_measurement(study="night", trial=0, kind="memory", config_digest="x",
                        payload={"predicted_peak_bytes": GIB // 2, "measured_peak_bytes": GIB // 2 + GIB // 8})
     memory = MemoryModel(read_model_info(small_model.path))
-    space = build_space(SpaceContext(engine="exllamav3", model=read_model_info(small_model.path)))
-    afresh = answers_in_flight(memory, space.baseline_config(), Budget(vram_bytes=BUDGET),
-                               memory_calibration(db, "night"), tokens_per_answer=PROMPT_TOKENS + 32768, most=8)
+    space = build_space(SpaceContext(engine="exllamav3", model=read_model_info(small_model.path)),
+                        pinned={"cache_tokens": 65536})
+    afresh = answers_in_flight(memory, space.baseline_config(), Budget(vram_bytes=TIGHT),
+                               memory_calibration(db, "night"), tokens_per_answer=PROMPT_TOKENS + 8192, most=8)
     assert afresh.answers < decided  # what a decision made now would give
 
     caplog.clear()
@@ -123,3 +126,20 @@ def test_a_resumed_study_reuses_the_number_it_was_measured_at(tmp_path, small_mo
     with contextlib.redirect_stdout(out):  # the plan command plans at the study's number too
         main(["plan", "--study", "night", "--storage", env.plan.storage_url, "--hours", "8"])
     assert f"at the suite's {decided} requests in flight" in out.getvalue()
+
+
+def test_the_pinned_cache_holds_fewer_answers_than_fit_beside_the_weights(tmp_path, model_27b):
+    """The README's "On your GPU" pins a 32K cache: exllamav3 admits only the answers whose whole budget its cache
+    holds, so 6 answers of 4,096 tokens are in flight, not the 8 that fit beside the weights."""
+    plan, concurrency = _settle(tmp_path, model_27b, pinned={"cache_tokens": 32768})
+    assert concurrency.answers == 6 and plan.suite_overrides["max_concurrent"] == 6
+    assert "held by the baseline's cache" in concurrency.line()
+    assert "the configuration's cache of 32768 tokens holds 6 at once" in concurrency.line()
+
+
+def test_a_cache_that_cannot_hold_one_answer_is_a_one_line_error_naming_the_flags(tmp_path, model_27b):
+    with pytest.raises(PlanError) as caught:
+        _settle(tmp_path, model_27b, pinned={"cache_tokens": 32768}, suite_overrides=THINKING)
+    message = str(caught.value)
+    assert "\n" not in message and "cannot hold one answer" in message and "--pin cache_tokens=N" in message
+

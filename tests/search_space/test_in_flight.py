@@ -14,7 +14,8 @@ PROMPT = 1024
 
 
 def _stock(**args) -> ServingConfig:
-    return ServingConfig.from_dict({"engine": "exllamav3", "args": args})
+    """A configuration whose own cache holds many answers (262,144 tokens): the memory model decides."""
+    return ServingConfig.from_dict({"engine": "exllamav3", "args": {"cache_tokens": 262144, **args}})
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +70,18 @@ def test_a_hybrid_model_batches_no_more_than_its_cache_slots(tiny_exl3_dir):
     fit = answers_in_flight(MemoryModel(read_model_info(tiny_exl3_dir)), _stock(cache_slots=4), RTX_3090, None,
                             tokens_per_answer=PROMPT + 4096, most=8)
     assert fit.answers == 4 and fit.most == 4
+
+
+def test_the_configurations_own_cache_holds_only_so_many_answers(big):
+    """exllamav3 reserves a job's pages for its prompt and whole answer budget when it admits it: a 32K cache
+    holds 6 answers of 4,096 tokens (and their prompts) at once though 8 fit beside the 27B's weights. Before,
+    the count said 8 and the server queued 2 of them."""
+    pinned = _stock(cache_tokens=32768)
+    fit = answers_in_flight(big, pinned, RTX_3090, None, tokens_per_answer=PROMPT + 4096, most=8)
+    assert fit.fitted == 8 and fit.held == 6 and fit.answers == 6
+    assert "the configuration's cache of 32768 tokens holds 6 at once" in fit.describe()
+    none = answers_in_flight(big, _stock(cache_tokens=4096), RTX_3090, None, tokens_per_answer=PROMPT + 4096, most=8)
+    assert none.answers == 0 and none.fitted == 8  # not one answer fits its cache
 
 
 def test_an_answer_longer_than_the_budget_holds_leaves_none(big):

@@ -5,7 +5,8 @@ A task suite keeps several requests in flight; each holds the pages of its promp
 256-token pages, and queues a job the cache cannot hold). On a 24 GiB card a 27B's weights leave room for only
 so many long thinking answers at once: the memory model's count, the configuration's peak with a cache of
 exactly those pages (at its own cache format), calibrated, held against the usable budget. And the server's
-own cache holds only cache_tokens of them: the count is the smaller of the two.
+own cache holds only cache_tokens of them: the count is the smaller of the two. A cache smaller than one
+answer still serves one at a time: exllamav3 cuts a job's answer budget to the room its cache has.
 
 Usage:
     fit = answers_in_flight(MemoryModel(info), baseline_config, Budget(vram_bytes=24 * GiB), calibration,
@@ -44,7 +45,10 @@ class InFlightFit:
         text = (f"an answer of {self.tokens_per_answer} tokens takes {_size(self.bytes_per_answer)} of KV cache; "
                 f"{self.fitted} of at most {self.most} fit beside the weights in {_size(self.budget_bytes)}, by the "
                 "memory model's peak")
-        if self.held < min(self.fitted, self.most):
+        if self.cache_tokens < self.tokens_per_answer:
+            text += (f"; the configuration's cache of {self.cache_tokens} tokens holds one at a time, its answer cut to "
+                     "the cache's room (exllamav3 reserves each answer's pages when it admits it)")
+        elif self.held < min(self.fitted, self.most):
             text += (f"; the configuration's cache of {self.cache_tokens} tokens holds {self.held} at once (exllamav3 "
                      "reserves each answer's pages when it admits it)")
         return text
@@ -74,7 +78,7 @@ def answers_in_flight(memory: MemoryModel, config: ServingConfig, budget: Budget
         return check_fit(memory.estimate(with_pages), budget, calibration).fits
 
     fitted = next((n for n in range(most, 0, -1) if fits(n)), 0)
-    held = args.cache_tokens // paged
+    held = max(args.cache_tokens // paged, 1)  # one, its answer cut to the cache's room, where none fits whole
     per_answer = paged * memory.kv_bytes_per_token(args.cache_kind, args.cache_k_bits, args.cache_v_bits)
     return InFlightFit(answers=min(fitted, held), fitted=fitted, most=most, held=held, cache_tokens=args.cache_tokens,
                        tokens_per_answer=paged, bytes_per_answer=per_answer, budget_bytes=budget.vram_bytes)

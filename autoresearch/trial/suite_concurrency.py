@@ -83,10 +83,6 @@ def _fitted(plan: RunPlan, space: SearchSpace, suite: SuiteSpec, calibration: Ca
     fit = answers_in_flight(MemoryModel(space.context.model, space.context.draft_model), baseline,
                             Budget(vram_bytes=plan.vram_bytes), calibration, tokens_per_answer=PROMPT_TOKENS + longest,
                             most=suite.max_concurrent)
-    if fit.answers == 0 and fit.fitted > 0:  # the baseline's own cache cannot hold one answer
-        raise PlanError(f"the baseline's cache of {fit.cache_tokens} tokens cannot hold one answer of "
-                        f"{fit.tokens_per_answer} tokens (a {PROMPT_TOKENS}-token prompt and the suite's {longest}-token "
-                        "answer limit); give a larger cache (--pin cache_tokens=N) or shorter answers (--suite-max-tokens)")
     if fit.answers == 0:
         raise PlanError(f"--vram {plan.vram_bytes / 1024**3:.1f} GiB: not even one answer of {fit.tokens_per_answer} "
                         f"tokens (a {PROMPT_TOKENS}-token prompt and the suite's {longest}-token answer limit) fits "

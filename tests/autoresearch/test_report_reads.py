@@ -116,11 +116,12 @@ def test_a_run_writes_results_md_at_the_ends_of_its_stages_not_after_each_trial(
                         gate_policy=GatePolicy(tasks=TaskPolicy(mode="smoke")))
     written: list[int] = []
 
-    def counted(plan, study, db, store):
+    def counted(plan, study, db, store, **kw):
         written.append(len(study.trials))
-        return write_report(plan, study, db, store)
+        return write_report(plan, study, db, store, **kw)
 
     monkeypatch.setattr(loop, "write_report", counted)
+    env.tier.judgment_s = 400.0  # about the plan's: the minimization runs (a judgment 1.6x the plan's cuts it first)
     assert env.run() == 0
     trials = len(env.study().trials)
     assert trials >= 5

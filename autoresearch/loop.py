@@ -36,7 +36,7 @@ from autoresearch.ground.study import (
     tasks_pending,
 )
 from autoresearch.measures.ranking import Ranking
-from autoresearch.night.clock import NIGHT_KEY, NightClock
+from autoresearch.night.clock import NIGHT_KEY, NightClock, tabbyapi_subset_launches
 from autoresearch.night.progress import Progress
 from autoresearch.night_plan import announce, night_forecast
 from autoresearch.report.results_md import write_report
@@ -266,7 +266,7 @@ class _Night:
         launch = (progress.expected_s("launch") or 0.0) + (progress.expected_s("bench") or 0.0)
         bound, cut = clock.minimize_bound(
             per_launch_s=max(launch, 1.0), launches=plan.minimize_launches, changes=changes,
-            extra_launches=3 * plan.minimize_launches if plan.engine == "exllamav3" else 0,
+            extra_launches=tabbyapi_subset_launches(plan.minimize_launches) if plan.engine == "exllamav3" else 0,
             gate_s=clock.after.get(MINIMAL_GATE, 0.0), report_s=progress.expected_s(REPORT) or 0.0)
         if cut:
             log.warning("%s", cut)

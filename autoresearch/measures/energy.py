@@ -133,7 +133,8 @@ def read_energy(db: ResultsDB, study_name: str, mix: RequestMix | None, baseline
         return None
     search = {r["trial"]: r["payload"] for r in db.measurements(study=study_name, kind="bench")
               if r["launch"] == 0 and r["trial"] is not None}
-    rounds = finalist_launches(db.measurements(study=study_name, kind="finalist_bench"), mix, by_energy=by_energy)
+    launched = db.measurements(study=study_name, kind="finalist_bench")
+    rounds = finalist_launches(launched, mix, by_energy=by_energy)
     base = EnergyUse.of(mix, [search[baseline_trial]] if baseline_trial in search else [])
 
     def counted(round_: int, trial: int) -> EnergyUse:
@@ -158,8 +159,7 @@ def read_energy(db: ResultsDB, study_name: str, mix: RequestMix | None, baseline
     for r in front:
         use = EnergyUse.of(mix, [search[r.trial]] if r.trial in search else [])
         rows.append(EnergyRow(f"front: trial {r.trial}", r.request_ratio, use, use.vs(base)))
-    launched = [r["payload"] for r in db.measurements(study=study_name, kind="finalist_bench")]
-    powers = [p["power"] for p in (*search.values(), *launched) if p.get("power")]
+    powers = [p["power"] for p in (*search.values(), *(r["payload"] for r in launched)) if p.get("power")]
     sampled = sum(p["sampled_s"] for p in powers)
     limits = [p["power_limit_w"] for p in powers if p.get("power_limit_w") is not None]
     return EnergyReport(baseline=base, rows=rows, power_limit_w=max(limits, default=None),

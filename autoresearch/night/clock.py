@@ -44,9 +44,21 @@ import optuna
 from autoresearch.ground.stages import AFTER_SEARCH, SEARCH
 from autoresearch.night.progress import format_duration as _dur
 
-__all__ = ["NIGHT_KEY", "NightClock"]
+__all__ = ["NIGHT_KEY", "NightClock", "least_minimization", "tabbyapi_subset_launches"]
 
 NIGHT_KEY = "night"
+
+
+def least_minimization(per_config: int, changes: int) -> int:
+    """The fewest launches that minimize anything, for a champion of `changes` changes: its ranking round
+    (per_config x (changes + 1)) and one attempt (2 x per_config). What the search keeps for the minimization
+    (autoresearch.night_plan.minimize_launches) and the least the clock lets it start with (minimize_bound)."""
+    return per_config * (changes + 1) + 2 * per_config
+
+
+def tabbyapi_subset_launches(per_config: int) -> int:
+    """The minimization's launches of the TabbyAPI subsets (the exllamav3 engine's: what TabbyAPI can run)."""
+    return 3 * per_config
 
 
 class NightClock:
@@ -118,7 +130,7 @@ class NightClock:
         if left is None:
             return None, None
         fit = math.floor(max(left - gate_s - report_s, 0.0) / per_launch_s) - extra_launches
-        need = launches * (changes + 1) + 2 * launches
+        need = least_minimization(launches, changes)
         if fit >= need:
             return fit, None
         why = (f"minimization cut: its ranking round and one attempt need {need + extra_launches} launches "

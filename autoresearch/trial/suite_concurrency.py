@@ -89,10 +89,14 @@ def _fitted(plan: RunPlan, space: SearchSpace, suite: SuiteSpec, calibration: Ca
                         "beside the baseline's weights; give a larger --vram, shorter answers (--suite-max-tokens), "
                         "or --suite-concurrency N")
     own = suite.max_concurrent
-    why = (f"the suite's own {own}" if fit.answers == own else f"the baseline batches at most {fit.most} "
-           "(cache_slots, max_batch_size)" if fit.answers == fit.most else
-           f"fewer than the suite's own {own}, held by the baseline's cache" if fit.answers == fit.held < fit.fitted
-           else f"fewer than the suite's own {own}")
+    if fit.answers == own:
+        why = f"the suite's own {own}"
+    elif fit.answers == fit.most:
+        why = f"the baseline batches at most {fit.most} (cache_slots, max_batch_size)"
+    elif fit.answers == fit.held < fit.fitted:
+        why = f"fewer than the suite's own {own}, held by the baseline's cache"
+    else:
+        why = f"fewer than the suite's own {own}"
     why += f": {fit.describe()}"
     return _with(plan, fit.answers), Concurrency(fit.answers, why)
 

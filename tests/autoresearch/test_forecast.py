@@ -310,3 +310,18 @@ def test_the_plan_is_printed_again_after_the_baseline_and_after_the_first_judgme
     assert replan_after(study, add(role="candidate", task_tier="pending")) is None
     assert replan_after(study, add(role="candidate", task_tier="judged")) == "night plan once a candidate was judged"
     assert replan_after(study, add(role="candidate", task_tier="judged")) is None  # the second judgment: no reprint
+
+
+def test_the_search_keeps_the_least_minimization_and_the_plan_ends_by_the_deadline():
+    """The minimization is the first stage to give: the trials are counted keeping only its ranking round and one
+    attempt, it takes what the deadline leaves up to whole, and the plan's total never passes --hours."""
+    rates = stated_rates(OFFLINE, decode_tok_s=400, prefill_tok_s=5000, answer_tokens=300, launch_s=60, bench_s=90,
+                         fidelity_s=30)
+    whole = plan_night(rates, policy=TaskPolicy(), hours=8, finalists=2, finalist_launches=2, minimize_launches=26)
+    least = plan_night(rates, policy=TaskPolicy(), hours=8, finalists=2, finalist_launches=2, minimize_launches=26,
+                       minimize_kept=18)
+    assert least.minimization_s == whole.minimization_s == 26 * 150 and least.minimization_kept_s == 18 * 150
+    assert least.reserve()["minimizing the champion"] == 18 * 150
+    assert least.trials - whole.trials in (8 * 150 // 180, 8 * 150 // 180 + 1)  # the 8 launches not kept: searched
+    assert least.search_s + sum(least.after_search().values()) > 8 * 3600  # whole, it would overrun
+    assert least.total_s <= 8 * 3600

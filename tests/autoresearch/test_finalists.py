@@ -49,8 +49,8 @@ def test_the_finalists_wait_only_for_trials_running_when_they_looked(env):
     thread.start()
     time.sleep(0.1)
     assert thread.is_alive(), "it did not wait for the trial that was running"
+    later = env.study.ask()  # a trial started after it looked (asked before the tell, so no poll can miss it)
     env.study.tell(running, [1.0, 1.0])
-    later = env.study.ask()  # that worker goes on with its next trial: not waited for
     thread.join(timeout=2)
     assert not thread.is_alive(), "it waited for a trial started after it looked"
     assert later.number in {t.number for t in result[0]}

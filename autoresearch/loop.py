@@ -83,13 +83,17 @@ def best_line(study: optuna.Study) -> str:
 
 
 def _speedups(champion) -> str:
-    if champion.ranked_by == ENERGY_RANKED:
-        return (f"energy per request {champion.speedup:.3f}x less (decode {champion.decode_speedup:.3f}x, prefill "
-                f"{champion.prefill_speedup:.3f}x as fast)")
-    if champion.ranked_by != RANKED_BY:
+    """The ranked measure with its interval from the launches that confirmed it, then each rate beside it."""
+    if champion.ranked_by != RANKED_BY and champion.ranked_by != ENERGY_RANKED:
         return f"speed-up {champion.speedup:.3f}x (geometric mean of decode and prefill)"
-    return (f"request time {champion.speedup:.3f}x faster (decode {champion.decode_speedup:.3f}x, prefill "
-            f"{champion.prefill_speedup:.3f}x)")
+    energy = champion.ranked_by == ENERGY_RANKED
+    measure = (f"energy per request {champion.speedup:.3f}x less" if energy
+               else f"request time {champion.speedup:.3f}x faster")
+    if champion.speed:
+        (low, high), (ref, cand) = champion.speed["interval"], champion.speed["launches"]
+        measure += f" [{low:.3f}, {high:.3f}] ({cand} launches against the baseline's {ref})"
+    return (f"{measure} (decode {champion.decode_speedup:.3f}x, prefill {champion.prefill_speedup:.3f}x"
+            f"{' as fast' if energy else ''})")
 
 
 def replan_after(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> str | None:

@@ -6,7 +6,8 @@ Reads the study (its bench plan, its request mix, its champion), takes the catal
 model (SearchSpace.levers: each drafting mode the checkpoint allows, each prefill chunk size, one
 change each on the defaults), and measures the defaults, each lever and the champion in fresh
 launches on the study's own bench plan, ROUNDS times interleaved (default 2). Prints each setting's
-request-time, decode and prefill speed-ups over the defaults (each rate's median over the rounds),
+request-time speed-up over the defaults as the finalists take it (each launch's request time, the ratio
+of the medians, with its interval), and decode and prefill (each rate's median over the rounds),
 the best single lever, the champion, and champion / best single lever (the issue's bar: at least
 0.95). Writes $OUT/lever-table.json and every bench record. ONLY=a,b measures those settings only
 (defaults always); STUDY names the study when the database holds several; DRAFTER=DIR gives the
@@ -28,9 +29,10 @@ import optuna
 
 from autoresearch.crown.finalists import load_champion
 from autoresearch.ground.errors import Unmeasured
+from autoresearch.measures.launch_costs import ratio
 from autoresearch.measures.objectives import objectives_from_bench
 from autoresearch.measures.ranking import Ranking
-from autoresearch.measures.request_time import RequestMix, median_headline
+from autoresearch.measures.request_time import RequestMix
 from bench import BenchPlan, BenchResult, Workload, run_bench
 from openai_client import Endpoint
 from search_space import SpaceContext, build_space, read_model_info
@@ -115,12 +117,23 @@ def _measured(results: list[BenchResult]) -> list[BenchResult]:
     return out
 
 
+def _times(mix: RequestMix, runs: list[BenchResult]) -> list[float]:
+    """Each launch's request time on the workload (a launch that misses a rate the mix needs is left out)."""
+    times = []
+    for r in runs:
+        try:
+            times.append(mix.time_s(r.headline()))
+        except Unmeasured:
+            continue
+    return times
+
+
 def _table(study: optuna.Study, settings: dict, records: dict[str, list[BenchResult]], errors: dict) -> dict:
     base = _measured(records["defaults"])
     if not base:
         return {"error": "the defaults were not measured in any launch: nothing to compare with", "errors": errors}
     mix = Ranking.of(study).mix or RequestMix.from_bench(base[0])
-    base_head = median_headline(r.headline() for r in base)
+    base_times = _times(mix, base)
     base_values = [statistics.median(v) for v in zip(*(objectives_from_bench(r) for r in base), strict=True)]
     rows = []
     for name, config in settings.items():
@@ -128,20 +141,22 @@ def _table(study: optuna.Study, settings: dict, records: dict[str, list[BenchRes
         row = {"setting": name, "config": config.to_dict(), "launches": len(runs), "errors": errors[name]}
         if runs:
             values = [statistics.median(v) for v in zip(*(objectives_from_bench(r) for r in runs), strict=True)]
-            try:
-                request = mix.speedup(base_head, median_headline(r.headline() for r in runs))
-            except Unmeasured as exc:
-                request, row["unmeasured"] = None, str(exc)
+            speed = ratio(base_times, _times(mix, runs))  # each launch's request time, as the finalists judge
+            request = None if speed is None else speed.speedup
+            if speed is None:
+                row["unmeasured"] = "no launch of it (or of the defaults) measured the workload's request time"
+            else:
+                row["request_interval"] = [speed.low, speed.high]
             row |= {"decode_tok_per_s": values[0], "prefill_tok_per_s": values[1], "request_speedup": request,
                     "decode_speedup": values[0] / base_values[0], "prefill_speedup": values[1] / base_values[1]}
         rows.append(row)
     singles = [r for r in rows if r["setting"] not in ("defaults", "champion") and r.get("request_speedup")]
     best = max(singles, key=lambda r: r["request_speedup"], default=None)
     champion = next((r for r in rows if r["setting"] == "champion" and r.get("request_speedup")), None)
-    ratio = champion["request_speedup"] / best["request_speedup"] if champion and best else None
+    over_best = champion["request_speedup"] / best["request_speedup"] if champion and best else None
     return {"study": study.study_name, "mix": mix.to_dict(), "assumed": mix.describe_assumed(), "rows": rows,
-            "best_single": best["setting"] if best else None, "champion_over_best_single": ratio,
-            "champion_within_5pct": None if ratio is None else ratio >= 0.95}
+            "best_single": best["setting"] if best else None, "champion_over_best_single": over_best,
+            "champion_within_5pct": None if over_best is None else over_best >= 0.95}
 
 
 def _print(table: dict) -> None:
@@ -151,7 +166,9 @@ def _print(table: dict) -> None:
     print("| setting | launches | request time | decode | prefill | decode tok/s | prefill tok/s |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in table["rows"]:
-        cells = [_x(r.get("request_speedup")), _x(r.get("decode_speedup")), _x(r.get("prefill_speedup")),
+        interval = r.get("request_interval")
+        request = _x(r.get("request_speedup")) + (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "")
+        cells = [request, _x(r.get("decode_speedup")), _x(r.get("prefill_speedup")),
                  _n(r.get("decode_tok_per_s"), 1), _n(r.get("prefill_tok_per_s"), 0)]
         print(f"| {r['setting']} | {r['launches']} | " + " | ".join(cells) + " |")
     if table["assumed"]:

@@ -45,6 +45,8 @@ def test_lever_table_measures_each_lever_and_the_champion_by_request_time(embedd
     assert rows["defaults"]["request_speedup"] == pytest.approx(1.0)
     singles = [r for n, r in rows.items() if n.startswith("prefill_chunk_size")]
     assert all(r["launches"] == 1 and r["request_speedup"] > 0 for r in singles)
+    # the finalists' estimator: each launch's request time, with the ratio's interval (one launch a side: a point)
+    assert all(r["request_interval"] == [pytest.approx(r["request_speedup"])] * 2 for r in singles)
     assert table["best_single"] == max(singles, key=lambda r: r["request_speedup"])["setting"]
     if "champion" in rows:  # the embedded study's champion may be the baseline: then there is none to compare
         best = rows[table["best_single"]]["request_speedup"]

@@ -12,6 +12,7 @@ from autoresearch.crown.finalists import confirm_finalists, load_champion
 from autoresearch.ground.errors import PlanError
 from autoresearch.ground.ranked_by import ENERGY_RANKED, RANKED_BY, settle_ranked_by
 from autoresearch.ground.study import open_study
+from autoresearch.loop import _speedups
 from autoresearch.measures.energy import ENERGY_RATES
 from autoresearch.measures.ranking import objective_rates, save_request_mix
 from autoresearch.measures.request_time import RequestMix
@@ -77,6 +78,11 @@ def test_time_and_energy_crown_different_finalists_by_the_same_rule(tmp_path, sm
         assert lean["speed"]["measure"] == RANKED_BY
         assert hot["speedup"] > lean["speedup"] > 1
     assert load_champion(env.study)["ranked_by"] == ranked_by
+    # the line the loop prints at the end: the ranked measure with the interval its launches gave it
+    low, high = champion.speed["interval"]
+    words = "energy per request" if rank_by == "energy" else "request time"
+    assert _speedups(champion).startswith(f"{words} {champion.speedup:.3f}x ")
+    assert f"[{low:.3f}, {high:.3f}] (2 launches against the baseline's 2)" in _speedups(champion)
 
 
 def test_a_finalist_frugal_in_search_that_draws_more_in_fresh_launches_is_not_crowned(tmp_path, small_model,

@@ -84,7 +84,7 @@ def best_line(study: optuna.Study) -> str:
 
 def _speedups(champion) -> str:
     """The ranked measure with its interval from the launches that confirmed it, then each rate beside it."""
-    if champion.ranked_by != RANKED_BY and champion.ranked_by != ENERGY_RANKED:
+    if champion.ranked_by not in (RANKED_BY, ENERGY_RANKED):
         return f"speed-up {champion.speedup:.3f}x (geometric mean of decode and prefill)"
     energy = champion.ranked_by == ENERGY_RANKED
     measure = (f"energy per request {champion.speedup:.3f}x less" if energy

@@ -54,7 +54,6 @@ class InFlightFit:
         return text
 
 
-
 def answers_in_flight(memory: MemoryModel, config: ServingConfig, budget: Budget, calibration: Calibration | None,
                       *, tokens_per_answer: int, most: int) -> InFlightFit:
     """The largest n <= `most` whose n answers' cache pages, in place of `config`'s cache, keep its calibrated peak

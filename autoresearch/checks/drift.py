@@ -53,8 +53,7 @@ from autoresearch.checks.readings import (
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import Unmeasured
 from autoresearch.ground.plan import DriftPolicy, RunPlan
-from autoresearch.ground.speeds import speeds
-from autoresearch.ground.study import COUNTED, baseline_trial, is_baseline, passed_so_far
+from autoresearch.ground.study import COUNTED, baseline_trial, is_baseline, passed_speeds
 from autoresearch.measures.baseline import stored_speed_floor
 from autoresearch.measures.objectives import dominated_by, objectives_from_bench
 from bench import BenchError
@@ -158,7 +157,7 @@ def relative_dominator(study: optuna.Study, values: tuple[float, float], referen
     first = next(r for r in readings if r.measured)
     mine = (values[0] / reference.decode, values[1] / reference.prefill)
     for other in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        measured = speeds(other) if passed_so_far(other) else None
+        measured = passed_speeds(other)
         if measured is None:
             continue
         if (other.user_attrs.get("drift") or {}).get("drifted"):

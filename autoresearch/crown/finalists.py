@@ -36,8 +36,7 @@ from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import ConfirmedElsewhere, Unmeasured
 from autoresearch.ground.plan import RunPlan, worker_gone, worker_name
 from autoresearch.ground.ranked_by import GEOMEAN
-from autoresearch.ground.speeds import speeds
-from autoresearch.ground.study import baseline_trial, feasible, is_baseline, passed_so_far
+from autoresearch.ground.study import baseline_trial, feasible, is_baseline, passed_speeds
 from autoresearch.measures.baseline import stored_energy_floor, stored_speed_floor
 from autoresearch.measures.faster import ENERGY, judge_speed
 from autoresearch.measures.objectives import objectives_from_bench
@@ -78,7 +77,7 @@ def feasible_front(study: optuna.Study, *, with_pending: bool = False) -> list[o
 def passed_front(trials: Iterable[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
     """The trials through every gate that has run (passed or pending) that no other such trial beats on both
     speeds (ties kept), by trial number."""
-    through = [(t, s) for t in trials if passed_so_far(t) and (s := speeds(t)) is not None]
+    through = [(t, s) for t in trials if (s := passed_speeds(t)) is not None]
     return sorted((t for t, s in through if not any(o[0] >= s[0] and o[1] >= s[1] and o != s for _, o in through)),
                   key=lambda t: t.number)
 

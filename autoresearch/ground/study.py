@@ -29,7 +29,7 @@ from search_space import SearchSpace, baseline_params
 
 __all__ = ["CONSTRAINTS", "COUNTED", "OK", "VIOLATED", "GateSampler", "baseline_trial", "baseline_trial_params", "check_enqueued",
            "constraints_of", "fail_gone_workers", "feasible", "is_baseline", "load_stored_study", "model_is_hybrid",
-           "open_study", "params_with", "passed_so_far", "retry_interrupted", "sampler_seed", "tasks_pending",
+           "open_study", "params_with", "passed_so_far", "passed_speeds", "retry_interrupted", "sampler_seed", "tasks_pending",
            "with_pending_speeds"]
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,12 @@ def passed_so_far(trial: optuna.trial.FrozenTrial) -> bool:
     """Feasible, or through every gate that has run with its task tier pending: what may prune another trial as
     dominated and what the plan reads the best candidate from (a pending trial is the likely champion)."""
     return feasible(trial) or tasks_pending(trial)
+
+
+def passed_speeds(trial: optuna.trial.FrozenTrial) -> tuple[float, float] | None:
+    """(decode, prefill) of a trial through every gate that has run (passed_so_far), None otherwise or unmeasured:
+    the speeds that may prune another trial, rank it on the front, or stand for the best so far."""
+    return speeds(trial) if passed_so_far(trial) else None
 
 
 def tasks_pending(trial: optuna.trial.FrozenTrial) -> bool:

@@ -24,8 +24,7 @@ from collections.abc import Iterable
 import optuna
 
 from autoresearch.ground.errors import Unmeasured
-from autoresearch.ground.speeds import speeds
-from autoresearch.ground.study import passed_so_far
+from autoresearch.ground.study import passed_speeds
 from bench import BenchResult
 from bench.metrics import DECODE_ENERGY, PREFILL_ENERGY, Metric
 
@@ -144,7 +143,7 @@ def speedup_score(values: tuple[float, float], baseline: tuple[float, float]) ->
 def dominated_by(study: optuna.Study, values: tuple[float, float], *, margin_rel: float) -> int | None:
     """The number of a feasible trial faster than `values` by more than the margin on both objectives."""
     for other in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        measured = speeds(other) if passed_so_far(other) else None
+        measured = passed_speeds(other)
         if measured is None:
             continue
         if all(o > v * (1.0 + margin_rel) for o, v in zip(measured, values, strict=True)):

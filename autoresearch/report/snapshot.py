@@ -24,7 +24,7 @@ from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import Unmeasured
 from autoresearch.ground.outcome import TrialOutcome
 from autoresearch.ground.plan import RunPlan
-from autoresearch.ground.ranked_by import ENERGY_RANKED, GEOMEAN, RANKED_BY, ranking_label
+from autoresearch.ground.ranked_by import ENERGY_RANKED, GEOMEAN, RANKED_BY, RANKED_BY_ATTR, ranking_label
 from autoresearch.ground.speeds import measured_values, speeds
 from autoresearch.ground.study import baseline_trial, feasible, is_baseline, tasks_pending
 from autoresearch.measures.energy import read_energy
@@ -292,14 +292,11 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
     base_cfg = baseline.user_attrs["config"] if baseline else {}
     base_vals = tuple(baseline.values) if baseline else (None, None)
 
-    def ratio(x: float | None, base: float | None) -> float | None:
-        return x / base if x and base else None
-
     mix = _request_mix(study, db, plan.study_name, baseline)
     searched = _search_headlines(db, plan.study_name)
     base_search = [searched[baseline.number]] if baseline and baseline.number in searched else []
-    front = [FrontRow(t.number, *(v := measured_values(t)), ratio(v[0], base_vals[0]),
-                      ratio(v[1], base_vals[1]), changed_knobs(t.user_attrs.get("config", {}), base_cfg),
+    front = [FrontRow(t.number, *(v := measured_values(t)), _ratio(v[0], base_vals[0]),
+                      _ratio(v[1], base_vals[1]), changed_knobs(t.user_attrs.get("config", {}), base_cfg),
                       _request_speedup(mix, base_search, [searched[t.number]] if t.number in searched else []),
                       tasks_pending(t))
              for t in feasible_front(study, with_pending=True)]
@@ -319,7 +316,7 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
     on_front = {r.trial for r in front}
     points = [Point(t.number, *speed, feasible(t), t.number in on_front, tasks_pending(t))
               for t in complete if (speed := speeds(t)) is not None]
-    by_energy = study.user_attrs.get("ranked_by") == ENERGY_RANKED
+    by_energy = study.user_attrs.get(RANKED_BY_ATTR) == ENERGY_RANKED
     finalists = read_finalists(db.finalists(study=plan.study_name),
                                _finalist_launches(db, plan.study_name, mix, baseline.number if baseline else None,
                                                   by_energy))

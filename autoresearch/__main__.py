@@ -98,6 +98,8 @@ def make_plan(args: argparse.Namespace):
         host_memory_limit_bytes=parse_bytes(args.host_memory_limit) if args.host_memory_limit else None, port=args.port, seed=args.seed,
         bench_plan=_bench_plan(engine, args, workload, stored_decode_until(resumed)), workload=workload, probe_config=default_probe_config(engine), suite_overrides=overrides,
         pinned=pinned, enqueued=enqueued, levers=not args.no_levers, baseline_changes=baseline_changes, finalists=args.finalists, finalist_launches=args.finalist_launches,
+        finalist_max_launches=args.finalist_max_launches or (3 if model.is_embedded else 8),
+        min_speedup=args.min_speedup, guard_tolerance=args.guard_tolerance,
         heartbeat_s=args.heartbeat, grace_s=args.grace, drift=_drift_policy(args),
         minimize=not model.is_embedded if args.minimize is None else args.minimize,
         minimize_launches=args.minimize_launches, minimize_max_launches=args.minimize_max_launches,

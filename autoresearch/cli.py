@@ -212,7 +212,17 @@ def _add_crown(parser: argparse.ArgumentParser, *, rank: bool = True) -> None:
     crown.add_argument("--finalists", type=int, default=2,
                        help="the best trials re-measured in fresh launches against the baseline (default 2)")
     crown.add_argument("--finalist-launches", type=int, default=2,
-                       help="fresh launches of each finalist and of the baseline (default 2)")
+                       help="fresh launches of each finalist and of the baseline before the verdict's first look "
+                       "(default 2, the least: a launch-to-launch spread needs two)")
+    crown.add_argument("--finalist-max-launches", type=int,
+                       help="launches a side the verdict may add, until it is decisive or the night's clock runs "
+                       "out (default 8; 3 for the embedded default)")
+    crown.add_argument("--min-speedup", type=float, default=1.02,
+                       help="the smallest request-time speed-up worth a change: a finalist is crowned only when shown "
+                       "faster than this, however sure (default 1.02)")
+    crown.add_argument("--guard-tolerance", type=float, default=0.03,
+                       help="a point (a kind of request's decode, a prefill length) shown slower than the baseline's by "
+                       "more than this vetoes a crown (default 0.03)")
     if rank:
         crown.add_argument("--rank-by", choices=("time", "energy"), default="time",
                            help="what ranks best so far, the finalists and the champion: request time on the workload "

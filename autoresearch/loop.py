@@ -35,6 +35,7 @@ from autoresearch.ground.study import (
     open_study,
     tasks_pending,
 )
+from autoresearch.measures.faster import interval_text
 from autoresearch.measures.ranking import Ranking
 from autoresearch.night.clock import NIGHT_KEY, NightClock, tabbyapi_subset_launches
 from autoresearch.night.progress import Progress
@@ -91,7 +92,7 @@ def _speedups(champion) -> str:
                else f"request time {champion.speedup:.3f}x faster")
     if champion.speed:
         (low, high), (ref, cand) = champion.speed["interval"], champion.speed["launches"]
-        measure += f" [{low:.3f}, {high:.3f}] ({cand} launches against the baseline's {ref})"
+        measure += f" {interval_text(low, high)} ({cand} launches against the baseline's {ref})"
     return (f"{measure} (decode {champion.decode_speedup:.3f}x, prefill {champion.prefill_speedup:.3f}x"
             f"{' as fast' if energy else ''})")
 

@@ -1,9 +1,13 @@
 """Orchestration: probe the server, warm it up, then run the prefill and decode ladders.
 
 Measurement hygiene lives here: warm-up requests are discarded; each point repeats until the
-median's interval is tight or the cap is reached; each run is checked (prefix-cache hit, short
-completion, failure, a stall on a one-time cost while the GPU sat idle) and an invalid run is kept
-as data but never averaged in. The validity rules themselves live in bench.validity, the session's
+median's interval is tight and its runs have stopped trending, or until its share of the bench's time
+is spent (plan.bench_time_s; without it, the count cap): a run early in a trend is a warm-up after all,
+set aside as one. Each run is checked (prefix-cache hit, short completion, failure, a stall on a
+one-time cost while the GPU sat idle) and an invalid run is kept as data but never averaged in. A
+decode point whose model answers are too short to time (under plan.decode_min_tokens) is timed on
+runs continued past the answer to that many tokens, said once; request time still weighs the kind by
+its own answers. The validity rules themselves live in bench.validity, the session's
 set-up (the server's model, capabilities and token scale, the global warm-up) in bench.setup.
 
 Usage:
@@ -15,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import platform
+import statistics
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -38,10 +43,30 @@ from bench.validity import mark_stalls, prefill_rate, size_error, validate_run
 from bench.workload import Workload
 from openai_client import Client, Endpoint, ServerRejected, ServerUnreachable, build_body
 
-__all__ = ["mark_stalls", "run_bench", "validate_run", "wait_until_loaded"]  # mark_stalls, validate_run live in bench.validity
+__all__ = ["mark_stalls", "run_bench", "trending", "validate_run", "wait_until_loaded"]  # mark_stalls, validate_run live in bench.validity
 
 log = logging.getLogger(__name__)
 LOAD_WAIT_S = 900.0  # a 27B loads in minutes; the launcher's own start-up limit is the same
+SAFETY_REPEATS = 200  # with a time share, the most runs a point makes whatever its time (a runaway guard)
+TREND_WINDOW = 3  # runs: a point trends while its last runs' median differs from the ones before them
+MIN_TREND_REL = 0.02  # by more than its target interval, or this
+
+
+def trending(values: list[float], target_rel: float) -> float | None:
+    """The relative change from the median of the runs before the last `TREND_WINDOW` to theirs (three runs:
+    from the first to the last, where they move one way), where it is beyond max(target_rel, MIN_TREND_REL): the
+    runs still trend and the early ones are warm-up. None: steady, or under three runs (too few to tell)."""
+    tolerance = max(target_rel, MIN_TREND_REL)
+    if len(values) == 3:
+        a, b, c = values
+        monotone = a < b < c or a > b > c
+        return c / a - 1 if monotone and a and abs(c / a - 1) > tolerance else None
+    if len(values) < 4:
+        return None
+    k = min(TREND_WINDOW, len(values) // 2)
+    before, last = statistics.median(values[-2 * k:-k]), statistics.median(values[-k:])
+    change = last / before - 1 if before else 0.0
+    return change if abs(change) > tolerance else None
 
 
 
@@ -99,6 +124,12 @@ def wait_until_loaded(client: Client, *, timeout_s: float = LOAD_WAIT_S, poll_s:
                 raise
         log.info("the server is still loading its model; bench waits for /health")
         time.sleep(poll_s)
+
+
+def _answers_too_short(warmups: list[RequestResult], min_tokens: int) -> bool:
+    """The model's own answers at this point (its warm-ups, sent without ignore_eos) end before `min_tokens`."""
+    answers = sorted(r.completion_tokens for r in warmups if r.ok and r.completion_tokens is not None)
+    return bool(answers) and answers[len(answers) // 2] < min_tokens
 
 
 def _check_workload(plan: BenchPlan, workload: Workload | None) -> None:
@@ -198,9 +229,22 @@ class _Session(SessionSetUp):
             attempts_left = len(warmups) < max(plan.warmups_per_point, plan.max_size_attempts)
             if len(warmups) >= plan.warmups_per_point and (sized or not attempts_left):
                 break
+        if isinstance(expected_completion_tokens, tuple) and _answers_too_short(warmups, plan.decode_min_tokens):
+            answers = sorted(r.completion_tokens or 0 for r in warmups if r.ok)
+            log.info("%s: the model's answers here (%d tokens, median) are too short to time decode; its runs go on "
+                     "past the answer to %d tokens (text past an answer flatters drafting; request time weighs this "
+                     "kind by its own answers)", key, answers[len(answers) // 2], plan.decode_min_tokens)
+            max_tokens, ignore_eos = plan.decode_min_tokens, True
+            expected_completion_tokens = plan.decode_min_tokens
         runs: list[RequestResult] = []
         settled = False
-        while len(runs) < plan.max_repeats:
+        budget_s = plan.point_time_s
+        started = time.monotonic()
+        while len(runs) < (SAFETY_REPEATS if budget_s is not None else plan.max_repeats):
+            valid = sum(r.is_valid for r in runs)
+            if budget_s is not None and time.monotonic() - started >= budget_s and (
+                    valid >= plan.min_repeats or len(runs) >= plan.max_repeats):
+                break  # its share of the bench's time is spent (a point whose runs all fail stops at the count)
             prompt = make_prompt(scale.chars_for(target), self._next_serial())
             result = self._send("measure", key, prompt, target, max_tokens, ignore_eos=ignore_eos)
             self._raise_if_down(result, key)
@@ -215,6 +259,12 @@ class _Session(SessionSetUp):
             _mark_stalls(key, runs, rate)
             scale = self._refit(scale, seen, prompt, result)
             values = [v for r in runs if r.is_valid and (v := getattr(r, rate)) is not None]
+            if (trend := trending(values, target_rel_ci)) is not None:  # the earliest valid run was a warm-up
+                first = next(i for i, r in enumerate(runs) if r.is_valid and getattr(r, rate) is not None)
+                runs[first] = dataclasses.replace(runs[first], invalid_reason=(
+                    f"warm-up: the point's runs still trended ({trend:+.1%} from the runs before the last "
+                    f"{TREND_WINDOW}), so this early run was set aside"))
+                continue
             summary = summarize(values) if values else None
             if is_settled(summary, min_n=plan.min_repeats, target_rel_ci=target_rel_ci):
                 settled = True
@@ -293,5 +343,5 @@ class _Session(SessionSetUp):
             s.ci_high,
             s.n,
             len(runs),
-            "" if settled else " (cap reached before the spread target)",
+            "" if settled else " (its time or the cap ran out before the spread target, or its runs still trend)",
         )

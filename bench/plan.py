@@ -60,7 +60,10 @@ class BenchPlan:
     decode_until: str = "length"
     decode_min_tokens: int = 16  # "eos" only: the shortest run that times decode
     min_repeats: int = 3  # valid measured runs per point, at least
-    max_repeats: int = 10  # measured runs per point, at most (valid or not)
+    max_repeats: int = 10  # measured runs per point, at most (valid or not); without bench_time_s only
+    # the measured runs' time, split equally among the points: a point repeats until its median's interval meets
+    # its target and its runs no longer trend, or its share is spent (not a count); None: max_repeats ends a point
+    bench_time_s: float | None = None
     warmup_requests: int = 2  # before any point: discarded (autotuning, allocator, clocks)
     warmups_per_point: int = 1  # per point, discarded; they also fit the prompt size
     prefill_target_rel_ci: float = 0.05  # stop when the median's half-interval is this small
@@ -116,6 +119,8 @@ class BenchPlan:
             raise BenchConfigError(
                 f"extra_body may not set {clash}: bench sets them itself (greedy, streaming, fixed length)"
             )
+        if self.bench_time_s is not None and not self.bench_time_s > 0:
+            raise BenchConfigError(f"bench_time_s must be positive (or None), got {self.bench_time_s}")
         if self.request_timeout_s <= 0 or (self.max_cached_tokens is not None and self.max_cached_tokens < 0):
             raise BenchConfigError("request_timeout_s must be positive and max_cached_tokens >= 0 (or None)")
 
@@ -140,6 +145,15 @@ class BenchPlan:
         return tuple(w["weights"])
 
     @property
+    def points(self) -> int:
+        return len(self.prefill_tokens) + len(self.decode_context_tokens) * len(self.decode_kinds)
+
+    @property
+    def point_time_s(self) -> float | None:
+        """A point's share of bench_time_s (None: points end at max_repeats)."""
+        return None if self.bench_time_s is None else self.bench_time_s / self.points
+
+    @property
     def context_tokens_needed(self) -> int:
         """The longest request of the plan: a prefill prompt and its one token, or a decode run."""
         return max((*(t + 1 for t in self.prefill_tokens),
@@ -149,6 +163,8 @@ class BenchPlan:
         d = dataclasses.asdict(self)
         if self.decode_until == "length":  # as plans were before "eos" existed: their digests stay the same
             del d["decode_until"], d["decode_min_tokens"]
+        if self.bench_time_s is None:  # as plans were before a point's time share existed
+            del d["bench_time_s"]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
     @classmethod

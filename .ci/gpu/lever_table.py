@@ -167,7 +167,7 @@ def _print(table: dict) -> None:
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in table["rows"]:
         interval = r.get("request_interval")
-        request = _x(r.get("request_speedup")) + (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "")
+        request = _x(r.get("request_speedup")) + (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval and None not in interval else "")
         cells = [request, _x(r.get("decode_speedup")), _x(r.get("prefill_speedup")),
                  _n(r.get("decode_tok_per_s"), 1), _n(r.get("prefill_tok_per_s"), 0)]
         print(f"| {r['setting']} | {r['launches']} | " + " | ".join(cells) + " |")

@@ -27,6 +27,8 @@ def signed_change(ratio: tuple[float, float, float], *, time: bool = False) -> s
     """A stored (ratio, low, high) of rates as a signed change, e.g. "-23.1% [-25.0, -21.2]"; `time`: of the
     time a request takes instead (1 / ratio), so a slower configuration reads "+"."""
     r, lo, hi = ratio
+    if lo is None or hi is None:  # no launch-to-launch spread known: a change without an interval
+        return f"{((1 / r if time else r) - 1) * 100:+.1f}% [no interval]"
     if time:
         r, lo, hi = 1 / r, 1 / hi, 1 / lo
     return f"{(r - 1) * 100:+.1f}% [{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}]"

@@ -30,7 +30,7 @@ from autoresearch.ground.errors import Unmeasured
 from autoresearch.ground.plan import RunPlan
 from autoresearch.ground.ranked_by import ENERGY_RANKED, RANKED_BY_ATTR
 from autoresearch.ground.study import baseline_trial, model_is_hybrid
-from autoresearch.measures.faster import ENERGY, TIME, Measure, measure_of
+from autoresearch.measures.faster import ENERGY, FASTER, TIME, Measure, measure_of
 from autoresearch.measures.objectives import energy_objectives, objectives_from_bench
 from autoresearch.measures.request_time import RequestMix
 from bench import BenchError, BenchResult
@@ -171,7 +171,7 @@ def _tabbyapi_subset(champion: ServingConfig, minimal: ServingConfig, measure: _
                       "cost": cost.to_dict() if cost else None})
     best, chosen = tried[0], "the minimal champion's: no other subset"
     if len(tried) > 1 and done["minimal"] and done["champion"]:
-        versus = judge(done["minimal"], done["champion"], ranked=ranked)  # the champion's subset against the minimal's
+        versus = judge(done["minimal"], done["champion"], ranked=ranked, claim=FASTER)  # the champion's subset against the minimal's
         words = versus.measure.words(versus.verdict)
         chosen = (f"the confirmed champion's subset is {words} than the minimal champion's: request time "
                   f"{signed_change(versus.request, time=True)}") if versus.ranked_by != ENERGY_RANKED else (

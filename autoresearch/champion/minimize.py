@@ -34,8 +34,17 @@ from typing import Any
 
 from autoresearch.ground.errors import AutoresearchError
 from autoresearch.ground.ranked_by import ENERGY_RANKED, RANKED_BY
-from autoresearch.measures.faster import ENERGY, TIME, Measure, judge_speed, measure_of, request_floor
-from bench.stats import Comparison, DifferenceRule, compare_one
+from autoresearch.measures.faster import (
+    ENERGY,
+    RULE,
+    SLOWER,
+    TIME,
+    Measure,
+    VerdictRule,
+    judge_speed,
+    measure_of,
+)
+from autoresearch.measures.launch_stats import Reading
 from search_space.catalog import EXL3_KNOBS
 from serving.config import ServingConfig
 from serving.errors import ConfigError
@@ -45,7 +54,6 @@ __all__ = ["Change", "Cost", "Launch", "Minimization", "MinimizeError", "changes
 
 log = logging.getLogger(__name__)
 _UNSET = "(exllamav3 default)"  # an EXL3_* variable the config leaves to exllamav3
-_RULE = DifferenceRule()  # bench's own, as autoresearch.measures.faster's
 
 
 class MinimizeError(AutoresearchError):
@@ -240,32 +248,30 @@ def launch_bound(n_changes: int, launches: int) -> int:
     return launches * (n_changes + 1) + 2 * n_changes * 2 * launches
 
 
-def judge(champion: Sequence[Launch], candidate: Sequence[Launch], rule: DifferenceRule = _RULE,
-          ranked: Measure = TIME) -> Cost:
-    """The candidate against the champion's launches of the same round, by autoresearch.measures.faster's rule: request
-    time beyond its noise, decode and prefill each beyond theirs. The noise floors are the champion's own
-    launch-to-launch differences (its first two launches), as the finalists' are the baseline's; with one
-    launch none is known (the rule's minimum effect). `ranked=ENERGY`: the same rule on joules per request,
-    decode and prefill in tokens per joule (every launch given has an energy reading); request time is kept
-    beside it, not judged."""
-    def points(rates: Callable[[Launch], float], name: str) -> Comparison:
-        ref = [rates(x) for x in champion]
-        return compare_one(name, ref, [rates(x) for x in candidate], rule=rule, floor_rel=request_floor(ref))
-
+def judge(champion: Sequence[Launch], candidate: Sequence[Launch], rule: VerdictRule = RULE,
+          ranked: Measure = TIME, claim: str = SLOWER, history: Sequence[Launch] = ()) -> Cost:
+    """The candidate against the champion's launches of the same round, by autoresearch.measures.faster's rule: a
+    removal (claim SLOWER) is slower where its request time is shown slower than 1 / min_speedup, or decode or
+    prefill shown slower than the tolerance; a subset chosen over another (claim FASTER) is faster where shown
+    above min_speedup. The spread is pooled from these launches and `history`, the champion's launches of earlier
+    rounds (the finalists pool the baseline's the same way). `ranked=ENERGY`: the same rule on joules per request, decode and prefill in tokens per joule
+    (every launch given has an energy reading); request time is kept beside it, not judged."""
     by_energy = ranked == ENERGY
-    decode = points(lambda x: x.decode_tok_per_s, "decode")
-    prefill = points(lambda x: x.prefill_tok_per_s, "prefill")
-    times = [x.request_time_s for x in champion]
-    speed = judge_speed(times, [x.request_time_s for x in candidate], floor_rel=request_floor(times),
-                        points=() if by_energy else (decode, prefill), rule=rule)
-    energy = None
-    if by_energy:
-        joules = [x.energy_j for x in champion]
-        energy = judge_speed(joules, [x.energy_j for x in candidate], floor_rel=request_floor(joules), rule=rule,
-                             points=(points(lambda x: x.decode_tok_per_j, "decode energy"),
-                                     points(lambda x: x.prefill_tok_per_j, "prefill energy")), measure=ENERGY)
-    return Cost(request=speed.interval, decode=(decode.ratio, decode.ratio_ci_low, decode.ratio_ci_high),
-                prefill=(prefill.ratio, prefill.ratio_ci_low, prefill.ratio_ci_high),
+
+    def reading(x: Launch, energy: bool) -> Reading:
+        if energy:
+            return Reading(x.energy_j, {"decode energy": x.decode_tok_per_j, "prefill energy": x.prefill_tok_per_j})
+        return Reading(x.request_time_s, {"decode": x.decode_tok_per_s, "prefill": x.prefill_tok_per_s})
+
+    def side(launches: Sequence[Launch], energy: bool) -> list[Reading]:
+        return [reading(x, energy) for x in launches]
+
+    speed = judge_speed(side(champion, False), side(candidate, False), history=side(history, False), claim=claim,
+                        rule=rule)
+    points = {p["metric"]: (p["ratio"], p["low"], p["high"]) for p in speed.points}
+    energy = judge_speed(side(champion, True), side(candidate, True), history=side(history, True), claim=claim,
+                         rule=rule, measure=ENERGY) if by_energy else None
+    return Cost(request=speed.interval, decode=points["decode"], prefill=points["prefill"],
                 verdict=(energy or speed).verdict, launches=len(candidate),
                 energy=energy.interval if energy else None, ranked_by=ranked.ranked_by)
 
@@ -309,7 +315,7 @@ def _unmeasured(why: list[str]) -> str:
 
 
 def minimize(champion: ServingConfig, baseline: ServingConfig, measure: LaunchMeasure, *, launches: int = 2,
-             max_launches: int | None = None, rule: DifferenceRule = _RULE, ranked: Measure = TIME) -> Minimization:
+             max_launches: int | None = None, rule: VerdictRule = RULE, ranked: Measure = TIME) -> Minimization:
     """Remove the champion's changes, cheapest first, while the result is not measurably slower on request time
     (`ranked=ENERGY`: while it uses no measurably more energy per request).
 
@@ -341,6 +347,7 @@ def minimize(champion: ServingConfig, baseline: ServingConfig, measure: LaunchMe
         except ConfigError as exc:
             unremovable[c.name] = f"cannot be removed alone: {exc}"
     champ, runs, why = _round(counted, champion, single, launches, "rank", ranked)
+    earlier = list(champ)  # every launch of the champion so far: later rounds pool its spread with them
     costs = {name: judge(champ, runs[name], rule, ranked) if runs[name] else None for name, _ in single}
     costs |= {name: None for name in unremovable}
     order = sorted((n for n, c in costs.items() if c is not None), key=lambda n: (-costs[n].ranked[0], n))
@@ -374,7 +381,8 @@ def minimize(champion: ServingConfig, baseline: ServingConfig, measure: LaunchMe
                                     + _unmeasured(why["candidate"])))
             tried_on[name] = current.digest
             continue
-        cost = judge(champ, runs["candidate"], rule, ranked)
+        cost = judge(champ, runs["candidate"], rule, ranked, history=earlier)
+        earlier += champ
         if cost.verdict == "slower":
             attempts.append(Attempt(name, removed, cost, False, decision(cost)))
             tried_on[name] = current.digest

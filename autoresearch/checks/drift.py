@@ -56,6 +56,7 @@ from autoresearch.ground.plan import DriftPolicy, RunPlan
 from autoresearch.ground.study import COUNTED, baseline_trial, is_baseline, passed_speeds
 from autoresearch.measures.baseline import stored_speed_floor
 from autoresearch.measures.objectives import dominated_by, objectives_from_bench
+from autoresearch.measures.pool import save_pool
 from bench import BenchError
 from openai_client import ClientError
 from search_space import SearchSpace, config_from_params
@@ -236,6 +237,8 @@ class DriftWatch:
         payload["elapsed_s"] = time.monotonic() - started  # launch, bench and stop: what the check cost
         self.db.add_measurement(study=self.study_name, trial=None, kind=KIND,
                                 config_digest=base.user_attrs["config_digest"], payload=payload)
+        if "bench" in payload:  # one more launch of the baseline: the search's reference and spread take it in
+            save_pool(study, self.db, self.study_name)
         return Reading(source=f"drift check before trial {before_trial}", at=utc_now(), decode=payload.get("decode"),
                        prefill=payload.get("prefill"), conditions=payload.get("conditions"), error=payload.get("error"))
 

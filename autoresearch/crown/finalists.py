@@ -1,27 +1,27 @@
 """Before crowning a champion, re-measure the finalists in fresh launches and decide on those numbers.
 
 The best of many noisy search measurements is biased upward (the optimizer's curse), so search
-repeats do not count here: the top feasible configurations and the baseline are each launched
-`finalist_launches` times, interleaved (baseline, A, B, baseline, A, B, ...), and a finalist is
-confirmed only when autoresearch.measures.faster calls it faster than the baseline: the study's one number
-(autoresearch.measures.ranking: the request-time speed-up, or the geometric mean of the two speed-ups in a
-study stored before it), from each launch, above 1 beyond the launch-to-launch noise (an interval,
-not a point), and slower on no objective point beyond its floor. The champion is the confirmed
-finalist with the best speed-up, each side's median over its launches. A launch that left any
-objective point unmeasured does not count; a finalist that cannot be compared on every point is not
-confirmed. A study ranked by energy (--rank-by energy) is judged the same way on joules per request
-(the same rule, energy's launch-to-launch floor, its energy points): a launch without an energy
-reading does not count either, and a finalist left with none is "not measured", never 0. A finalist neither shown faster nor slower is "not shown faster": the baseline keeps the
-crown, and the verdict says by how much (the interval). Where the task tier is pending
-(--task-tier-scope finalists, the default), the finalists confirmed faster are judged on it fastest
-first until one passes, and only that one can be crowned. If none qualifies, the baseline stays.
+repeats do not count here: the top feasible configurations and the baseline are launched afresh, interleaved
+(baseline, A, B, baseline, A, B, ...), and autoresearch.measures.faster decides, one round a family: a finalist
+is confirmed only when its request time on the workload (the study's one number, autoresearch.measures.ranking;
+energy per request with --rank-by energy; the geometric mean in a study stored before request time ranked) is
+shown faster than the baseline's by more than the rule's minimum speed-up, and no point is shown slower beyond
+the rule's tolerance. The launch is the unit of evidence (each gives one reading); the launch-to-launch spread
+is pooled from every launch of the baseline the study holds (autoresearch.measures.pool) and the finalist's own;
+launches are added at the rule's looks until every verdict is decisive, the rule's most is reached, or the
+night's clock leaves no time for another set (`launch_budget`). A launch that left any objective point unmeasured
+does not count (ranked by energy: one without an energy reading either); a finalist left with none is "not
+measured", never 0. The champion is the confirmed finalist with the best speed-up (each side's geometric mean over
+its launches); a finalist neither shown faster nor slower is "not shown faster" and the baseline keeps the crown,
+with the interval said. Where the task tier is pending (--task-tier-scope finalists, the default), the finalists
+confirmed faster are judged on it fastest first until one passes, and only that one can be crowned.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
-import statistics
 import threading
 import time
 import warnings
@@ -37,16 +37,20 @@ from autoresearch.ground.errors import ConfirmedElsewhere, Unmeasured
 from autoresearch.ground.plan import RunPlan, worker_gone, worker_name
 from autoresearch.ground.ranked_by import GEOMEAN
 from autoresearch.ground.study import baseline_trial, feasible, is_baseline, passed_speeds
-from autoresearch.measures.baseline import stored_energy_floor, stored_speed_floor
-from autoresearch.measures.faster import ENERGY, judge_speed
+from autoresearch.measures.baseline import stored_speed_floor
+from autoresearch.measures.error_rates import LaunchNoise, error_rates
+from autoresearch.measures.faster import ENERGY, SpeedVerdict, VerdictRule, verdict_rule
+from autoresearch.measures.finalist_round import RoundResult, sequential_round
+from autoresearch.measures.launch_stats import Reading
 from autoresearch.measures.objectives import objectives_from_bench
+from autoresearch.measures.pool import baseline_launches, save_pool
 from autoresearch.measures.ranking import Ranking
-from bench import BenchError, BenchResult, MissingMetric, NoiseFloor, compare, noise_floor
+from bench import BenchError, BenchResult
 from openai_client import ClientError
 from search_space import SearchSpace, config_from_params
 from serving.errors import LaunchError
 
-__all__ = ["Champion", "confirm_finalists", "feasible_front", "judge_finalist", "load_champion", "median_objectives",
+__all__ = ["Champion", "confirm_finalists", "feasible_front", "finalist_verdict", "load_champion", "mean_objectives",
            "select_finalists", "settled_trials"]
 
 log = logging.getLogger(__name__)
@@ -64,7 +68,7 @@ class Champion:
     decode_speedup: float | None = None  # each rate's own speed-up, beside it (None: stored before they were)
     prefill_speedup: float | None = None
     ranked_by: str = GEOMEAN  # a champion stored before request time ranked was ranked by the geometric mean
-    speed: dict | None = None  # autoresearch.measures.faster's verdict on the launches (interval, margin); None: older, or the baseline
+    speed: dict | None = None  # autoresearch.measures.faster's verdict on the launches (interval, rule); None: older, or the baseline
 
 
 def feasible_front(study: optuna.Study, *, with_pending: bool = False) -> list[optuna.trial.FrozenTrial]:
@@ -82,20 +86,15 @@ def passed_front(trials: Iterable[optuna.trial.FrozenTrial]) -> list[optuna.tria
                   key=lambda t: t.number)
 
 
-def _pooled(results: list[BenchResult], ranking: Ranking) -> dict[str, tuple[float, ...]]:
-    pooled: dict[str, list[float]] = {}
-    for result in results:
-        for metric, values in ranking.samples(result).items():
-            pooled.setdefault(metric, []).extend(values)
-    return {k: tuple(v) for k, v in pooled.items()}
-
-
 def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: ResultsDB,
-                      judge_tasks: Callable[[optuna.trial.FrozenTrial], dict] | None = None) -> Champion | None:
+                      judge_tasks: Callable[[optuna.trial.FrozenTrial], dict] | None = None,
+                      launch_budget: Callable[[int], bool] | None = None) -> Champion | None:
     """Re-measure, decide, store the decision in ar_finalists and the study; None without a baseline.
 
     `judge_tasks(trial)` runs the task tier on a finalist whose tier is pending (--task-tier-scope
     finalists; autoresearch.checks.judging) and gives its verdict (`passed`, `reasons`, ...).
+    `launch_budget(k)`: whether k more launches fit the night's clock (asked before each set past the rule's
+    first look; None: no deadline).
 
     Raises:
         ConfirmedElsewhere: another worker of the study confirms these same finished trials.
@@ -128,7 +127,8 @@ def confirm_finalists(plan: RunPlan, study: optuna.Study, space: SearchSpace, db
         raise ConfirmedElsewhere(f"worker {holder} confirms the finalists of these {finished} trials; its "
                                  "RESULTS.md names the champion")
     with db.holding(**claim, interval_s=plan.heartbeat_s, grace_s=plan.grace_s) as lost:
-        return _confirm(plan, study, space, db, baseline, finalists, trials, lost, ranking, claim, judge_tasks)
+        return _confirm(plan, study, space, db, baseline, finalists, trials, lost, ranking, claim, judge_tasks,
+                        launch_budget)
 
 
 def select_finalists(study: optuna.Study, ranking: Ranking, baseline: optuna.trial.FrozenTrial,
@@ -141,9 +141,11 @@ def select_finalists(study: optuna.Study, ranking: Ranking, baseline: optuna.tri
 def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: ResultsDB, baseline: optuna.trial.FrozenTrial,
              finalists: list[optuna.trial.FrozenTrial], trials: list[optuna.trial.FrozenTrial],
              lost: threading.Event, ranking: Ranking, claim: dict,
-             judge_tasks: Callable[[optuna.trial.FrozenTrial], dict] | None) -> Champion | None:
-    """The claimed round: fresh launches of the baseline and the finalists, interleaved, then the decision,
-    written in the transaction that checks the claim is still this worker's (ResultsDB.finish).
+             judge_tasks: Callable[[optuna.trial.FrozenTrial], dict] | None,
+             launch_budget: Callable[[int], bool] | None) -> Champion | None:
+    """The claimed round: fresh launches of the baseline and the finalists, interleaved and added until the
+    verdicts are decisive, then the decision, written in the transaction that checks the claim is still this
+    worker's (ResultsDB.finish).
 
     Raises:
         ConfirmedElsewhere: the claim was taken over while the launches ran (this worker's heartbeat
@@ -152,16 +154,23 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
     # a round cut short (the confirming worker killed) left launches but no decision: the next is a new round
     launched = (r["payload"]["round"] for r in db.measurements(study=plan.study_name, kind="finalist_bench"))
     round_ = 1 + max((*(r["round"] for r in db.finalists(study=plan.study_name)), *launched), default=0)
-    order = [baseline, *finalists]
-    results: dict[int, list[BenchResult]] = {t.number: [] for t in order}
-    unmeasured: dict[int, list[str]] = {t.number: [] for t in order}  # why a launch does not count
-    for launch in range(plan.finalist_launches):
-        for t in order:  # interleaved, so drift hits every configuration alike
-            result = _launch_and_bench(plan, space, t, round_, launch, db, ranking)
-            if isinstance(result, BenchResult):
-                results[t.number].append(result)
-            else:
-                unmeasured[t.number].append(f"launch {launch}: {result}")
+    history = [b.reading for b in baseline_launches(study, db, plan.study_name, ranking) if b.reading is not None]
+    by_name = {str(t.number): t for t in (baseline, *finalists)}
+    results: dict[int, list[BenchResult]] = {t.number: [] for t in by_name.values()}
+    unmeasured: dict[int, list[str]] = {t.number: [] for t in by_name.values()}  # why a launch does not count
+
+    def launch(name: str, i: int) -> Reading | None:
+        t = by_name[name]
+        got = _launch_and_bench(plan, space, t, round_, i, db, ranking)
+        if isinstance(got, str):
+            unmeasured[t.number].append(f"launch {i}: {got}")
+            return None
+        results[t.number].append(got)
+        return ranking.reading(got)
+
+    rule = verdict_rule(plan)
+    measured = sequential_round(launch, [str(t.number) for t in finalists], reference=str(baseline.number),
+                                history=history, rule=rule, measure=ranking.measure, may_continue=launch_budget)
 
     taken_over = ConfirmedElsewhere(f"the claim to confirm round {round_} was taken over while it ran (no "
                                     f"heartbeat for over {plan.grace_s} s); the worker that took it decides")
@@ -181,22 +190,17 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
         if not db.finish(**claim, finalist_rows=rows):
             raise taken_over
         return None
-    # launch-to-launch noise (of the measure ranked by): from these launches when there are two, else the search's baseline's
-    stored = stored_energy_floor(study) if ranking.measure is ENERGY else stored_speed_floor(study)
-    floor = noise_floor(ranking.samples(base_runs[0]), ranking.samples(base_runs[1])) if len(base_runs) > 1 else stored
-    base_values = median_objectives(base_runs)
+    base_values = mean_objectives(base_runs)
     # the round's baseline launches against the study's first reading: drift here colours every verdict
     drift = round_drift(read_readings(study, db, plan.study_name), Limits.from_floor(stored_speed_floor(study)), round_)
     for warning in drift:
         log.warning("baseline drift in the finalists' round: %s", warning)
     where = {"worker": worker_name(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
              "gpu": next(({"name": r.gpu.name, "uuid": r.gpu.uuid} for r in base_runs if r.gpu), None)}
-    best: Champion | None = None
-    verdicts = {t.number: judge_finalist(base_runs, results[t.number], floor=floor, ranking=ranking)
-                if results[t.number] else {"qualified": False, "reason": "not measured: no confirmation launch counts ("
-                                           + "; ".join(unmeasured[t.number]) + ")"}
-                for t in finalists}
+    verdicts = {t.number: finalist_verdict(base_runs, results[t.number], measured.verdicts.get(str(t.number)),
+                                           ranking=ranking, unmeasured=unmeasured[t.number]) for t in finalists}
     _judge_tasks(finalists, verdicts, judge_tasks)
+    best: Champion | None = None
     for t in finalists:
         verdict = verdicts[t.number]
         add_finalist(trial=t.number, config_digest=t.user_attrs["config_digest"], decode=verdict.get("decode"),
@@ -206,12 +210,13 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
                             prefill_tok_per_s=verdict["prefill"], speedup=verdict["speedup"], is_baseline=False,
                             decode_speedup=verdict["decode_speedup"], prefill_speedup=verdict["prefill_speedup"],
                             ranked_by=verdict["ranked_by"], speed=verdict["speed"])
+    noise = _round_noise(history, measured, baseline, ranking, rule, len(finalists))
     add_finalist(trial=baseline.number, config_digest=baseline.user_attrs["config_digest"], decode=base_values[0],
                  prefill=base_values[1], verdict={"baseline": True, "launches": len(base_runs),
-                                                  "noise_floor": floor.to_dict() if floor else None,
-                                                  "noise_floor_of": ranking.measure.name,
-                                                  "noise_floor_from": "these launches" if len(base_runs) > 1
-                                                  else "the search's baseline", "drift": drift} | where)
+                                                  "history": len(history), "sets": measured.sets,
+                                                  "stopped": measured.stopped, "rule": rule.to_dict(),
+                                                  "measure": ranking.measure.name,
+                                                  "noise": noise, "drift": drift} | where)
     if best is None:
         best = Champion(trial=baseline.number, config=baseline.user_attrs["config"], decode_tok_per_s=base_values[0],
                         prefill_tok_per_s=base_values[1], speedup=1.0, is_baseline=True, decode_speedup=1.0,
@@ -223,13 +228,38 @@ def _confirm(plan: RunPlan, study: optuna.Study, space: SearchSpace, db: Results
         if closest is not None:
             reason += f" (closest, trial {closest.number}: {verdicts[closest.number]['reason']})"
     else:
-        launches = "1 fresh launch" if plan.finalist_launches == 1 else f"{plan.finalist_launches} fresh launches"
-        reason = f"confirmed in {launches} against the baseline, {verdicts[best.trial]['reason']}"
+        reason = f"confirmed in fresh launches against the baseline, {verdicts[best.trial]['reason']}"
     if not db.finish(**claim, finalist_rows=rows):  # the claim is checked in the transaction that writes the round
         raise taken_over
+    save_pool(study, db, plan.study_name)  # this round's baseline launches join the search's reference
     study.set_user_attr(_CHAMPION, best.__dict__ | {"reason": reason, "round": round_, "trials_at": len(trials),
-                                                    "confirmed_by": where})
+                                                    "confirmed_by": where, "error_rates": noise.get("error_rates")})
     return best
+
+
+def _round_noise(history: list[Reading], measured: RoundResult, baseline: optuna.trial.FrozenTrial,
+                 ranking: Ranking, rule: VerdictRule, finalists: int) -> dict:
+    """The baseline's launch-to-launch spread over every launch the study now holds, and the verdict's error
+    rates at that spread, with this round's launches (RESULTS.md states them under the champion)."""
+    pool = [*history, *measured.launches[str(baseline.number)]]
+    out: dict = {"launches": len(pool)}
+    if ranking.mix is None:
+        return out
+    cost = ranking.mix.energy_j if ranking.measure is ENERGY else ranking.mix.time_s
+    noise = LaunchNoise.of(pool, cost)
+    if noise is None:
+        out["why_none"] = "fewer than two measured launches of the baseline"
+        return out
+    out["log_sd"] = dict(noise.log_sd)
+    try:
+        rates = error_rates(noise, finalists=finalists, history=len(history), rule=rule.with_most(max(measured.sets,
+                                                                                                       rule.min_launches)))
+    except Exception as exc:  # noqa: BLE001 - the error rates describe the verdict; they never change it
+        log.warning("the verdict's error rates could not be simulated: %s", exc)
+        out["why_none"] = f"not simulated: {exc}"
+        return out
+    out["error_rates"] = rates.to_dict()
+    return out
 
 
 def _judge_tasks(finalists: list[optuna.trial.FrozenTrial], verdicts: dict[int, dict],
@@ -300,39 +330,28 @@ def _launch_and_bench(plan: RunPlan, space: SearchSpace, t: optuna.trial.FrozenT
     return result
 
 
-def median_objectives(runs: list[BenchResult]) -> tuple[float, float]:
-    """Each objective's median over launches (of two, their mean); every launch must be fully measured."""
+def mean_objectives(runs: list[BenchResult]) -> tuple[float, float]:
+    """Each objective's geometric mean over launches, as the verdict's ratios take them; every launch must be
+    fully measured."""
     values = [objectives_from_bench(r) for r in runs]
-    return statistics.median(v[0] for v in values), statistics.median(v[1] for v in values)
+    return tuple(math.exp(sum(math.log(v[i]) for v in values) / len(values)) for i in (0, 1))
 
 
-def judge_finalist(baseline: list[BenchResult], candidate: list[BenchResult], *, floor: NoiseFloor | None,
-                   ranking: Ranking) -> dict:
-    """A finalist's verdict against the baseline's launches, as plain JSON data for ar_finalists.
-
-    Qualified: autoresearch.measures.faster calls it better by the study's measure (the gain from each launch
-    above 1 beyond the noise, and worse on no point by bench's rule), with every point compared (one
-    that either side lacks makes the finalist not comparable). Its `speedup` is the request-time
-    speed-up on the ranking's mix, E(baseline) / E(finalist) in a study ranked by energy, or without a
-    mix (a study ranked by the geometric mean) the geometric mean of the two speed-ups, of each side's
-    median launch; `speed` holds its interval and margin. `floor` is the measure's floor.
-    """
-    base_values, values = median_objectives(baseline), median_objectives(candidate)
-    common = {"decode": values[0], "prefill": values[1], "baseline_values": list(base_values),
-              "launches": len(candidate), "decode_speedup": values[0] / base_values[0],
-              "prefill_speedup": values[1] / base_values[1],
-              "ranked_by": GEOMEAN if ranking.mix is None else ranking.measure.ranked_by}
-    try:
-        comparisons = compare(_pooled(baseline, ranking), _pooled(candidate, ranking), noise_floor=floor,
-                              metrics=ranking.point_metrics(baseline[0]))
-        base_costs = [ranking.launch_cost(r) for r in baseline]
-        costs = [ranking.launch_cost(r) for r in candidate]
-    except (MissingMetric, Unmeasured) as exc:
-        return {**common, "qualified": False, "speedup": None, "reason": f"not comparable: {exc}"}
-    floor_rel = ranking.cost_floor(floor, baseline) if floor is not None else None
-    speed = judge_speed(base_costs, costs, floor_rel=floor_rel, points=comparisons, measure=ranking.measure)
-    return {**common, "qualified": speed.faster, "speedup": speed.speedup, "speed": speed.to_dict(),
-            "reason": speed.text(), "comparisons": [c.to_dict() for c in comparisons]}
+def finalist_verdict(baseline: list[BenchResult], candidate: list[BenchResult], speed: SpeedVerdict | None, *,
+                     ranking: Ranking, unmeasured: list[str] = ()) -> dict:
+    """A finalist's verdict against the baseline's launches, as plain JSON data for ar_finalists: qualified where
+    autoresearch.measures.faster called it faster (`speed`: its verdict on this round's launches, None where no
+    launch of it counted), with each objective's ratio by the same estimator (geometric means over launches)."""
+    if not candidate or speed is None:
+        return {"qualified": False, "speedup": None, "reason": "not measured: no confirmation launch counts ("
+                + "; ".join(unmeasured) + ")"}
+    base_values, values = mean_objectives(baseline), mean_objectives(candidate)
+    return {"decode": values[0], "prefill": values[1], "baseline_values": list(base_values),
+            "launches": len(candidate), "decode_speedup": values[0] / base_values[0],
+            "prefill_speedup": values[1] / base_values[1],
+            "ranked_by": GEOMEAN if ranking.mix is None else ranking.measure.ranked_by,
+            "qualified": speed.faster, "speedup": speed.speedup, "speed": speed.to_dict(), "reason": speed.text(),
+            **({"unmeasured": list(unmeasured)} if unmeasured else {})}
 
 
 def load_champion(study: optuna.Study) -> dict | None:

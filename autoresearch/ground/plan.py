@@ -28,7 +28,8 @@ __all__ = ["DriftPolicy", "RunPlan", "bench_plan_from_flags", "default_bench_pla
 
 OBJECTIVES = ("decode_tok_per_s", "prefill_tok_per_s")
 # How the objectives are read from bench (autoresearch.measures.objectives): a study keeps one definition.
-_DECODE_MIN_TOKENS = 4  # the loop's shortest answer that times decode (see _engine_bench_plan)
+_DECODE_MIN_TOKENS = 32  # the loop's shortest run that times decode (see _engine_bench_plan)
+_BENCH_TIME_S = 10.0  # the measured runs' time on a GPU, split among the points (see _engine_bench_plan)
 OBJECTIVE_DEFINITION = "v2: decode client-timed, prefill server-timed, every planned point required"
 
 
@@ -68,17 +69,19 @@ def default_bench_plan(engine: str, workload: Workload | None = None) -> BenchPl
 def _engine_bench_plan(engine: str) -> BenchPlan:
     # Decode times the model's own answers (decode_until "eos"): past its answer a model writes text that
     # drafting predicts far better than an answer, so a fixed length flatters a drafted configuration.
-    # A run of 4 tokens or more times decode (3 arrivals after the first): the real 0.5B answers the offline
-    # suite's prompts in 6-21 tokens, and the median over repeats with the baseline's measured launch-to-launch
-    # floor absorbs the jitter of so short a span; bench's own default (16) suits answers it does not know.
+    # A run times decode from 32 tokens on: the real 0.5B's rg-logic answers (2 tokens) left half its runs
+    # invalid and the rest timed on one gap; a point whose answers are shorter is timed on 32-token runs past
+    # them (bench.ladder says so once; request time weighs the kind by its own answers). On a GPU each point
+    # repeats until its interval meets its target and its runs stop trending, or its share of 10 s is spent:
+    # the 0.5B's runs take a tenth of a second, the 27B's seconds (it stops at min_repeats).
     if engine == "transformers":  # 2 CPU cores: short ladders, few repeats
         return BenchPlan(prefill_tokens=(256,), decode_context_tokens=(128,), decode_kinds=("math",),
-                         decode_tokens=24, decode_until="eos", decode_min_tokens=_DECODE_MIN_TOKENS, min_repeats=3,
+                         decode_tokens=24, decode_until="eos", decode_min_tokens=4, min_repeats=3,
                          max_repeats=5, warmup_requests=1,
                          gpu_index=None, prefill_target_rel_ci=0.10, decode_target_rel_ci=0.05)
     return BenchPlan(prefill_tokens=(8192,), decode_context_tokens=(1024, 8192), decode_kinds=("math",),
                      decode_tokens=128, decode_until="eos", decode_min_tokens=_DECODE_MIN_TOKENS, min_repeats=3,
-                     max_repeats=6)
+                     max_repeats=6, bench_time_s=_BENCH_TIME_S)
 
 
 def bench_plan_from_flags(engine: str, workload: Workload | None = None, *, stored_decode_until: str | None = None,
@@ -163,7 +166,10 @@ class RunPlan:
     baseline_changes: dict = field(default_factory=dict)  # the baseline = defaults + these, e.g. {"EXL3_INT8_GEMV": 0}
     dominated_margin_rel: float = 0.05  # stop a trial this much slower than a front member on both objectives
     finalists: int = 2
-    finalist_launches: int = 2
+    finalist_launches: int = 2  # launches a side before the verdict's first look (the least the stage is reserved)
+    finalist_max_launches: int = 8  # launches a side at most (fewer where the night's clock runs out)
+    min_speedup: float = 1.02  # the smallest request-time speed-up worth a change (autoresearch.measures.faster)
+    guard_tolerance: float = 0.03  # a point shown slower than this vetoes
     startup_timeout_s: float = 900.0
     draft_model: ResolvedModel | None = None  # the user's drafter (--draft-model): opens the draft_model/dflash knobs
     heartbeat_s: int = 10
@@ -195,8 +201,15 @@ class RunPlan:
             raise PlanError(f"--study {self.study_name!r}: use letters, digits and . _ + - only")
         if self.minimize_launches < 1 or (self.minimize_max_launches is not None and self.minimize_max_launches < 1):
             raise PlanError("--minimize-launches and --minimize-max-launches must be >= 1")
-        if self.finalists < 1 or self.finalist_launches < 1:
-            raise PlanError("--finalists and --finalist-launches must be >= 1")
+        if self.finalists < 1:
+            raise PlanError("--finalists must be >= 1")
+        if not 2 <= self.finalist_launches <= self.finalist_max_launches:
+            raise PlanError(f"--finalist-launches {self.finalist_launches} and --finalist-max-launches "
+                            f"{self.finalist_max_launches}: need 2 <= first <= most (a launch-to-launch spread needs "
+                            "two launches a side)")
+        if not (self.min_speedup >= 1.0 and 0.0 <= self.guard_tolerance < 1.0):
+            raise PlanError(f"--min-speedup {self.min_speedup} and --guard-tolerance {self.guard_tolerance}: need "
+                            "a speed-up >= 1 and a tolerance in [0, 1)")
         if self.rank_by not in ("time", "energy"):
             raise PlanError(f"--rank-by {self.rank_by!r}: time or energy")
         if self.rank_by == "energy" and self.bench_plan.gpu_index is None:

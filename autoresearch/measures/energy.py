@@ -30,8 +30,9 @@ import optuna
 
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import Unmeasured
-from autoresearch.measures.faster import ENERGY, median_cost
+from autoresearch.measures.faster import ENERGY
 from autoresearch.measures.launch_costs import finalist_launches, ratio
+from autoresearch.measures.launch_stats import Reading, geometric_cost
 from autoresearch.measures.request_time import RequestMix
 from bench import BenchResult
 
@@ -56,7 +57,7 @@ class EnergyUse:
     @classmethod
     def of(cls, mix: RequestMix | None, payloads: list[dict]) -> EnergyUse:
         """From stored bench records (BenchResult.to_dict()) of one configuration: each launch's joules per
-        request, and their median as the decision takes it (autoresearch.measures.faster.median_cost), over
+        request, and their geometric mean as the decision takes it (autoresearch.measures.faster.geometric_cost), over
         the launches whose energy covers the mix; never each point's median over the launches first."""
         powers = [p["power"] for p in payloads if p.get("power")]
         sampled = sum(p["sampled_s"] for p in powers)
@@ -82,7 +83,7 @@ class EnergyUse:
         if not launch_j:
             why = sorted({r for p in powers for r in p.get("energy_unmeasured") or ()})
             return cls(None, "; ".join([reasons[0], *why]), **power)
-        joules = median_cost(launch_j)
+        joules = geometric_cost([Reading(j) for j in launch_j])
         return cls(joules, None, answer_tok_per_j=mix.answer_tokens / joules, launch_j=tuple(launch_j), **power)
 
     def vs(self, baseline: EnergyUse | None) -> float | None:

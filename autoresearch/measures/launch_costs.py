@@ -2,7 +2,7 @@
 
 The finalists' decision (autoresearch.crown.finalists) gives each fresh launch one cost, its request time or
 its joules per request on the workload, and autoresearch.measures.faster.judge_speed takes the ratio of the
-two sides' medians over launches. RESULTS.md states both measures of every finalist, the one ranked and the
+two sides' geometric means over launches. RESULTS.md states both measures of every finalist, the one ranked and the
 other beside it; both are read here from the same launches' records and go through judge_speed (`ratio`),
 so a finalist's numbers agree with its decision. Pooling the launches first (each point's median over the
 launches, then one request time) is another estimator: where launches differ, the median launch is not the
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from autoresearch.ground.errors import Unmeasured
 from autoresearch.measures.faster import TIME, Measure, SpeedVerdict, judge_speed
+from autoresearch.measures.launch_stats import Reading
 from autoresearch.measures.request_time import RequestMix
 
 __all__ = ["Launches", "finalist_launches", "ratio"]
@@ -64,7 +65,9 @@ def finalist_launches(rows: Iterable[dict], mix: RequestMix | None, *, by_energy
 
 
 def ratio(reference: Sequence[float], candidate: Sequence[float], measure: Measure = TIME) -> SpeedVerdict | None:
-    """cost(reference) / cost(candidate) as the decision takes it (judge_speed: each side's median over its
-    launches), with its interval; None where a side has no launch. Only the ratio and its interval are
-    meant here: the verdict words are the decision's, with its floor and points (stored with it)."""
-    return judge_speed(reference, candidate, floor_rel=None, measure=measure) if reference and candidate else None
+    """cost(reference) / cost(candidate) as the decision takes it (judge_speed: each side's geometric mean over
+    its launches), with its interval (its spread from these launches alone); None where a side has no launch.
+    Only the ratio and its interval are meant here: the verdict words are the decision's, stored with it."""
+    if not reference or not candidate:
+        return None
+    return judge_speed([Reading(c) for c in reference], [Reading(c) for c in candidate], measure=measure)

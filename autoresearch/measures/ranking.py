@@ -31,6 +31,7 @@ from autoresearch.ground.ranked_by import GEOMEAN, RANKED_BY_ATTR, ranking_label
 from autoresearch.ground.speeds import measured_values
 from autoresearch.measures.energy import ENERGY_RATES
 from autoresearch.measures.faster import ENERGY, Measure, measure_of
+from autoresearch.measures.launch_stats import Reading
 from autoresearch.measures.objectives import (
     PREFILL_RATE,
     decode_weights,
@@ -49,6 +50,7 @@ log = logging.getLogger(__name__)
 _MIX = "request_mix"
 RATES = "rates"  # a measured trial's user attr: the objective points' medians, as BenchResult.headline() keys them
 REQUEST_SPEEDUP = "request_speedup"  # a measured trial's user attr (the dashboard shows it)
+POOL_ATTR = "baseline_pool"  # the study's: every baseline launch's rates pooled (autoresearch.measures.pool.save_pool)
 
 
 def save_request_mix(study: optuna.Study, mix: RequestMix) -> None:
@@ -65,13 +67,24 @@ def objective_rates(result: BenchResult) -> dict[str, float]:
 class Ranking:
     ranked_by: str  # request_time.RANKED_BY, ENERGY_RANKED or GEOMEAN
     mix: RequestMix | None  # None before the baseline is measured, and in a study ranked by the geometric mean
+    pool: Mapping | None = None  # every baseline launch's rates pooled: the search's reference (None: its first launch)
 
     @classmethod
     def of(cls, study: optuna.Study) -> Ranking:
         ranked_by = study.user_attrs.get(RANKED_BY_ATTR) or GEOMEAN
         stored = study.user_attrs.get(_MIX)
         mix = RequestMix.from_dict(stored) if stored and ranked_by != GEOMEAN else None
-        return cls(ranked_by, mix)
+        return cls(ranked_by, mix, study.user_attrs.get(POOL_ATTR))
+
+    def reference(self, baseline: optuna.trial.FrozenTrial, attr: str = RATES) -> Mapping[str, float] | None:
+        """The baseline's rates every search ratio is taken against: pooled over every launch of it the study holds
+        (RESULTS.md and the dashboard say how many), else its first launch's (a study stored before the pool)."""
+        pooled = (self.pool or {}).get("energy_rates" if attr == ENERGY_RATES else "rates")
+        return pooled or baseline.user_attrs.get(attr)
+
+    @property
+    def reference_launches(self) -> int:
+        return int((self.pool or {}).get("launches") or 1)
 
     @property
     def label(self) -> str:
@@ -90,11 +103,17 @@ class Ranking:
         if self.mix is None:
             raise Unmeasured("no request mix stored yet: the baseline has not been measured")
         attr = ENERGY_RATES if self.measure is ENERGY else RATES
-        missing = [t.number for t in (baseline, trial) if not t.user_attrs.get(attr)]
+        reference = self.reference(baseline, attr)
+        missing = [t.number for t, r in ((baseline, reference), (trial, trial.user_attrs.get(attr))) if not r]
         if missing:
             what = "no energy reading" if attr == ENERGY_RATES else "no rates (a worker of an older version ran it)"
             raise Unmeasured(f"trial {missing[0]} stored {what}")
-        return self._cost(baseline.user_attrs[attr]) / self._cost(trial.user_attrs[attr])
+        return self._cost(reference) / self._cost(trial.user_attrs[attr])
+
+    def search_speedup(self, rates: Mapping[str, float], baseline: optuna.trial.FrozenTrial) -> float | None:
+        """A search launch's request-time speed-up against the baseline's pooled rates (None without a mix)."""
+        reference = self.reference(baseline)
+        return None if self.mix is None or not reference else self.mix.time_s(reference) / self.mix.time_s(rates)
 
     def _cost(self, headline: Mapping[str, float]) -> float:
         """Per request on the mix: seconds on rates, or joules on tokens per joule (Unmeasured: a point lacks it)."""
@@ -119,6 +138,16 @@ class Ranking:
             decode, prefill = objectives_from_bench(result)
             return 1 / math.sqrt(decode * prefill)
         return self._cost(result.energy_headline() if self.measure is ENERGY else result.headline())
+
+    def reading(self, result: BenchResult) -> Reading:
+        """One launch as the speed verdict reads it: its cost (launch_cost) and each planned point's median
+        (rates, or tokens per joule by energy). Raises Unmeasured where a point or its energy is missing."""
+        headline = result.energy_headline() if self.measure is ENERGY else result.headline()
+        wanted = self.point_metrics(result)
+        missing = [m for m in wanted if not headline.get(m, 0) > 0]
+        if missing:
+            raise Unmeasured(f"{', '.join(missing)} not measured in this launch")
+        return Reading(cost=self.launch_cost(result), points={m: headline[m] for m in wanted})
 
     def cost_floor(self, floor: NoiseFloor, baseline: list[BenchResult]) -> float:
         """The launch cost's noise floor from the points' (every compared point present in `floor`): how much

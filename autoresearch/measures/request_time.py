@@ -63,8 +63,9 @@ class RequestMix:
     def __post_init__(self) -> None:
         if not self.kinds:
             raise ValueError("a request mix needs at least one kind of request")
-        if any(not (k.weight > 0 and k.prompt_tokens > 0 and k.answer_tokens > 0) for k in self.kinds):
-            raise ValueError(f"every request needs a positive weight, prompt and answer: {self.kinds}")
+        if any(not (k.weight > 0 and k.prompt_tokens > 0 and k.answer_tokens >= 0) for k in self.kinds):
+            raise ValueError(f"every request needs a positive weight and prompt, and an answer (0 tokens: a model "
+                             f"that answers nothing there): {self.kinds}")
 
     @classmethod
     def from_bench(cls, baseline: BenchResult) -> RequestMix:

@@ -196,6 +196,17 @@ class Provenance:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """How "faster" was decided in the last finalists' round, and how often it errs at this study's noise."""
+    rule: str  # the rule in words (autoresearch.measures.faster.VerdictRule.text)
+    launches: int  # the baseline's launches its spread was pooled from
+    sets: int  # launch sets the round made
+    stopped: str  # why the round ended
+    error_rates: str | None  # the simulated error rates in words; None: not known (and why_none says why)
+    why_none: str | None = None
+
+
+@dataclass(frozen=True)
 class StudySnapshot:
     plan: RunPlan
     generated: dt.datetime
@@ -223,6 +234,8 @@ class StudySnapshot:
     energy: EnergyReport | None = None  # joules per request beside request time (autoresearch.measures.energy)
     night: dict | None = None  # the night as run (autoresearch.night.clock): each stage planned against measured, cuts
     suite_concurrency: dict | None = None  # the task tier's answers in flight and why (autoresearch.trial.suite_concurrency)
+    pool: dict | None = None  # every baseline launch pooled: the search's reference and the spread (autoresearch.measures.pool)
+    verdict: Verdict | None = None  # the speed verdict's rule and its error rates at the last round (None: no round)
 
 
 

@@ -28,9 +28,11 @@ from autoresearch.ground.ranked_by import ENERGY_RANKED, GEOMEAN, RANKED_BY, RAN
 from autoresearch.ground.speeds import measured_values, speeds
 from autoresearch.ground.study import baseline_trial, feasible, is_baseline, tasks_pending
 from autoresearch.measures.energy import read_energy
+from autoresearch.measures.error_rates import ErrorRates
+from autoresearch.measures.faster import VerdictRule
 from autoresearch.measures.launch_costs import finalist_launches, ratio
 from autoresearch.measures.objectives import DECODE_RATE, PREFILL_RATE
-from autoresearch.measures.ranking import Ranking
+from autoresearch.measures.ranking import POOL_ATTR, Ranking
 from autoresearch.measures.request_time import RequestMix
 from autoresearch.report.per_kind import read_decode_by_kind
 from autoresearch.report.records import (
@@ -50,6 +52,7 @@ from autoresearch.report.records import (
     TaskDecisionRow,
     TasksetRow,
     TaskTier,
+    Verdict,
     changed_knobs,
 )
 from autoresearch.report.store_read import EvalReads, StoreRows, study_in_memory
@@ -220,8 +223,24 @@ def _request_mix(study: optuna.Study, db: ResultsDB, study_name: str, baseline) 
         return None
 
 
+def _read_verdict(finals: list[dict]) -> Verdict | None:
+    """The last round's rule, spread and error rates, as its baseline row stored them (None: no round, or one
+    stored before the verdict pooled launches)."""
+    rows = [f["verdict"] for f in finals if f["verdict"].get("baseline") is True and "rule" in f["verdict"]]
+    if not rows:
+        return None
+    v = rows[-1]
+    noise = v.get("noise") or {}
+    rates = noise.get("error_rates")
+    return Verdict(rule=VerdictRule.from_dict(v["rule"]).text(), launches=noise.get("launches", 0),
+                   sets=v.get("sets", 0), stopped=v.get("stopped", ""),
+                   error_rates=ErrorRates.from_dict(rates).text() if rates else None,
+                   why_none=noise.get("why_none"))
+
+
 def _request_speedup(mix: RequestMix | None, base: list[dict], other: list[dict]) -> float | None:
-    """T(baseline) / T(other) of two search launches (one each; None where either left a rate unmeasured)."""
+    """T(baseline) / T(other) of search launches (`base`: the baseline's pooled rates, or its first launch; None
+    where either left a rate unmeasured)."""
     if mix is None or not base or not other:
         return None
     try:
@@ -294,7 +313,11 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
 
     mix = _request_mix(study, db, plan.study_name, baseline)
     searched = _search_headlines(db, plan.study_name)
-    base_search = [searched[baseline.number]] if baseline and baseline.number in searched else []
+    pool = study.user_attrs.get(POOL_ATTR)
+    if pool and pool.get("objectives"):  # every search ratio is against the baseline's launches pooled
+        base_vals = tuple(pool["objectives"])
+    base_search = [pool["rates"]] if pool and pool.get("rates") else \
+        [searched[baseline.number]] if baseline and baseline.number in searched else []
     front = [FrontRow(t.number, *(v := measured_values(t)), _ratio(v[0], base_vals[0]),
                       _ratio(v[1], base_vals[1]), changed_knobs(t.user_attrs.get("config", {}), base_cfg),
                       _request_speedup(mix, base_search, [searched[t.number]] if t.number in searched else []),
@@ -342,6 +365,7 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
         len(db.measurements(study=plan.study_name, kind=MINIMIZE_KIND)),
         drift=read_drift(plan, study, db),
         night_plan=study.user_attrs.get("night_plan"), night=study.user_attrs.get("night"),
-        suite_concurrency=study.user_attrs.get(CONCURRENCY_KEY),
+        suite_concurrency=study.user_attrs.get(CONCURRENCY_KEY), pool=pool,
+        verdict=_read_verdict(db.finalists(study=plan.study_name)),
         energy=read_energy(db, plan.study_name, mix, baseline.number if baseline else None, front, finalists.rows,
                            champion, by_energy=by_energy))

@@ -23,6 +23,7 @@ from autoresearch.measures.baseline import (
 )
 from autoresearch.measures.energy import record_energy
 from autoresearch.measures.objectives import objectives_from_bench
+from autoresearch.measures.pool import save_pool
 from autoresearch.measures.ranking import RATES, REQUEST_SPEEDUP, objective_rates, save_request_mix
 from autoresearch.measures.request_time import RequestMix
 from autoresearch.trial.record import TrialRecord
@@ -73,6 +74,7 @@ class BaselineProtocol:
         trial.set_user_attr(REQUEST_SPEEDUP, 1.0)
         record_energy(trial, bench, RequestMix.from_bench(bench))
         save_request_mix(trial.study, RequestMix.from_bench(bench))  # before the evidence: candidates wait on that
+        save_pool(trial.study, self.db, self.plan.study_name, baseline=trial.number)  # the search's reference
         save_baseline(trial.study, evidence)
         self._measure(trial, config, "fidelity", {"measurement_id": floor.measurement_id, "metrics": floor.metrics,
                                                   "role": "noise_floor"})

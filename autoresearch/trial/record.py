@@ -9,6 +9,7 @@ Usage:
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import optuna
@@ -71,9 +72,16 @@ class TrialRecord:
         self.trial.set_user_attr("reasons", self.reasons)
 
 
-def record_request_time(trial: optuna.Trial, result: BenchResult, baseline: BenchResult) -> None:
-    """The trial's rates and its request-time speed-up over the baseline's search launch (the dashboard's number)."""
+def record_request_time(trial: optuna.Trial, result: BenchResult, baseline: BenchResult,
+                        pool: Mapping | None = None) -> None:
+    """The trial's rates and its request-time speed-up over the baseline's launches pooled so far (`pool`: the
+    study's autoresearch.measures.pool; None: the baseline's first launch), the dashboard's number, with
+    `request_speedup_of` saying against how many launches (ranking reads the pool again whenever it ranks)."""
     rates = objective_rates(result)
     trial.set_user_attr(RATES, rates)
-    trial.set_user_attr(REQUEST_SPEEDUP, RequestMix.from_bench(baseline).speedup(objective_rates(baseline), rates))
-    record_energy(trial, result, RequestMix.from_bench(baseline))
+    mix = RequestMix.from_bench(baseline)
+    pooled = (pool or {}).get("rates")
+    trial.set_user_attr(REQUEST_SPEEDUP, mix.speedup(pooled or objective_rates(baseline), rates))
+    trial.set_user_attr("request_speedup_of", f"the baseline's {pool['launches']} launches pooled" if pooled
+                        else "the baseline's first launch")
+    record_energy(trial, result, mix)

@@ -39,6 +39,7 @@ from autoresearch.measures.baseline import (
     BaselineEvidence,
 )
 from autoresearch.measures.objectives import objectives_from_bench
+from autoresearch.measures.ranking import Ranking
 from autoresearch.night.progress import Progress
 from autoresearch.trial.baseline_protocol import BaselineProtocol
 from autoresearch.trial.memory import memory_calibration
@@ -153,7 +154,7 @@ class TrialRunner(BaselineProtocol):
                 record.constraints["measured"] = OK
                 trial.set_user_attr("decode_tok_per_s", decode)
                 trial.set_user_attr("prefill_tok_per_s", prefill)
-                record_request_time(trial, result, baseline.bench)
+                record_request_time(trial, result, baseline.bench, Ranking.of(trial.study).pool)
                 better, drift_note = self.drift.dominated_by(trial, (decode, prefill),
                                                              margin_rel=self._dominance_margin(baseline))
                 if drift_note:

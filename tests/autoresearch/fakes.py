@@ -100,7 +100,10 @@ class FakeLauncher:
 
     `speeds[digest]` is (decode, prefill) tok/s, or a list of them, one per launch of that configuration;
     `fails[digest]` a LaunchError its launches raise; `dies[digest]` one its server reports after bench;
-    `watts[digest]` the GPU's draw while it runs, or a list, one per launch (None: no energy reading)."""
+    `watts[digest]` the GPU's draw while it runs, or a list, one per launch (None: no energy reading);
+    `wobble`: each launch's rates times a factor from it, in an order of the configuration's own (launches of one
+    configuration differ, as real ones do, and not in step with another's; the default (1.0,) scripts exact
+    rates)."""
 
     speeds: dict[str, Speeds | list[Speeds] | None] = field(default_factory=lambda: {"*": (100.0, 1000.0)})
     watts: dict[str, float | list[float | None] | None] = field(default_factory=lambda: {"*": None})
@@ -109,6 +112,7 @@ class FakeLauncher:
     launches: list[ServingConfig] = field(default_factory=list)
     benched: list[str] = field(default_factory=list)  # the digests bench measured, in order
     on_launch: Callable[[ServingConfig], None] | None = None
+    wobble: tuple[float, ...] = (1.0,)
 
     def install(self, monkeypatch) -> FakeLauncher:
         monkeypatch.setattr("autoresearch.ground.servers.serve", self.serve)  # ServerSpec.launch calls it
@@ -136,7 +140,9 @@ class FakeLauncher:
         if isinstance(watts, list):
             watts = watts[launch]
         decode, prefill = speeds if speeds is not None else (None, 1000.0)
-        return bench_result(dataclasses.replace(plan), decode, prefill, watts=watts)
+        w = self.wobble[(launch + int(config.digest[:6], 16)) % len(self.wobble)]
+        return bench_result(dataclasses.replace(plan), decode * w if decode is not None else None, prefill * w,
+                            watts=watts)
 
     def launched(self, digest: str) -> int:
         return sum(c.digest == digest for c in self.launches)

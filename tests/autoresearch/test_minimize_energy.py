@@ -129,8 +129,10 @@ def test_the_tabbyapi_subset_is_chosen_on_the_studys_measure(ranked, of, tmp_pat
     subset = _tabbyapi_subset(full, minimal, measure, 2, hybrid=False, ranked=ranked)
     assert subset["of"] == of
     if ranked == ENERGY:
-        assert subset["chosen"].startswith("the confirmed champion's subset against the minimal champion's: more "
-                                           "energy, energy per request +")
+        # a subset is chosen over another only where shown better (the claim at stake is "faster"): the champion's,
+        # 30% hungrier, is not shown to use less energy, and the minimal champion's stays
+        assert subset["chosen"].startswith("the confirmed champion's subset against the minimal champion's: not "
+                                           "shown to use less energy, energy per request +")
         assert {t["of"]: t["cost"]["ranked_by"] for t in subset["tried"]} == {"minimal": ENERGY_RANKED,
                                                                               "champion": ENERGY_RANKED}
     else:

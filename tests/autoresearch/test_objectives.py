@@ -9,10 +9,11 @@ import math
 import optuna
 import pytest
 
-from autoresearch.crown.finalists import judge_finalist, median_objectives
+from autoresearch.crown.finalists import finalist_verdict, mean_objectives
 from autoresearch.ground.errors import Unmeasured
 from autoresearch.ground.ranked_by import GEOMEAN, RANKED_BY
 from autoresearch.ground.study import CONSTRAINTS
+from autoresearch.measures.faster import judge_speed
 from autoresearch.measures.objectives import (
     NOT_MEASURED,
     dominated_by,
@@ -26,7 +27,6 @@ from autoresearch.measures.request_time import RequestKind, RequestMix
 from bench import (
     BenchResult,
     DecodePoint,
-    NoiseFloor,
     PrefillPoint,
     RequestResult,
     RequestSpec,
@@ -157,36 +157,40 @@ def _launch(decode: list, prefill: list) -> BenchResult:
     return _result({8192: prefill}, {(1024, "math"): decode})
 
 
-BASE = [_launch([100, 101, 99], [1000, 1010, 990]), _launch([100, 100, 102], [1000, 1005, 995])]
-FLOOR = NoiseFloor(rel_diff=(("decode_tok_per_s_client@1024/math", 0.01), ("prefill_tok_per_s_server@8192", 0.02)))
+BASE = [_launch([100, 101, 99], [1000, 1010, 990]), _launch([101, 100, 102], [1012, 1005, 995]),
+        _launch([99, 99, 100], [990, 1000, 985])]
 GEO = Ranking(GEOMEAN, None)  # a study ranked by the geometric mean
 
 
-def test_the_median_of_two_launches_is_their_mean_not_the_larger():
-    assert median_objectives([_launch([100] * 3, [1000] * 3), _launch([120] * 3, [3000] * 3)]) == pytest.approx((110.0, 2000.0))
+def _verdict(base: list[BenchResult], candidate: list[BenchResult], ranking: Ranking) -> dict:
+    """What the finalists' stage stores for one finalist: the rule's verdict on the launches' readings."""
+    speed = judge_speed([ranking.reading(r) for r in base], [ranking.reading(r) for r in candidate])
+    return finalist_verdict(base, candidate, speed, ranking=ranking)
+
+
+def test_each_objective_over_launches_is_their_geometric_mean_as_the_verdict_takes_it():
+    assert mean_objectives([_launch([100] * 3, [1000] * 3), _launch([120] * 3, [3000] * 3)]) == pytest.approx(
+        (math.sqrt(100 * 120), math.sqrt(1000 * 3000)))
 
 
 def test_a_finalist_faster_on_one_point_and_slower_on_none_is_confirmed():
-    verdict = judge_finalist(BASE, [_launch([100, 101, 100], [1300, 1310, 1290])] * 2, floor=FLOOR, ranking=GEO)
-    assert verdict["qualified"] is True and verdict["reason"].startswith("faster: request time 1.140x [1.140, 1.140]")
-    assert verdict["speedup"] == pytest.approx(math.sqrt(100.0 / 100.0 * 1300.0 / 1000.0))
-    assert verdict["speed"]["interval"] == pytest.approx([verdict["speedup"]] * 2)
+    candidate = [_launch([100, 101, 100], [1300, 1310, 1290]), _launch([101, 100, 100], [1290, 1320, 1300]),
+                 _launch([100, 99, 100], [1310, 1300, 1295])]
+    verdict = _verdict(BASE, candidate, GEO)
+    assert verdict["qualified"] is True and verdict["reason"].startswith("faster: request time 1.14")
+    assert verdict["speedup"] == pytest.approx(math.sqrt(1.3), abs=0.01)
+    assert verdict["prefill_speedup"] == pytest.approx(1.3, abs=0.01)
     assert json.loads(json.dumps(verdict)) == verdict  # plain data, no reprs
-    assert {c["metric"]: c["verdict"] for c in verdict["comparisons"]} == {
-        "decode_tok_per_s_client@1024/math": "same", "prefill_tok_per_s_server@8192": "faster"}
-    assert isinstance(verdict["comparisons"][0]["baseline"], dict)
+    assert {p["metric"]: p["verdict"] for p in verdict["speed"]["points"]} == {
+        "decode_tok_per_s_client@1024/math": "same", "prefill_tok_per_s_server@8192": "same"}
 
 
-def test_a_finalist_slower_on_any_point_is_not_confirmed():
-    verdict = judge_finalist(BASE, [_launch([80, 81, 79], [1300, 1310, 1290])], floor=FLOOR, ranking=GEO)
-    assert verdict["qualified"] is False and verdict["speedup"] > 1  # the geometric mean would crown it
-    assert verdict["reason"].endswith("; slower on decode_tok_per_s_client@1024/math")
-
-
-def test_a_difference_inside_the_launch_to_launch_noise_is_not_confirmed():
-    noisy = NoiseFloor(rel_diff=(("decode_tok_per_s_client@1024/math", 0.01), ("prefill_tok_per_s_server@8192", 0.2)))
-    verdict = judge_finalist(BASE, [_launch([100, 101, 100], [1300, 1310, 1290])], floor=noisy, ranking=GEO)
-    assert verdict["qualified"] is False and verdict["reason"].startswith("not shown faster: request time 1.140x")
+def test_a_finalist_slower_on_a_point_beyond_the_tolerance_is_not_confirmed():
+    candidate = [_launch([80, 81, 79], [2000, 2010, 1990]), _launch([81, 80, 80], [1990, 2000, 2010]),
+                 _launch([79, 80, 81], [2005, 2000, 1990])]
+    verdict = _verdict(BASE, candidate, GEO)
+    assert verdict["qualified"] is False and verdict["speed"]["interval"][0] > 1.02  # the gain alone would crown it
+    assert verdict["reason"].endswith("; slower beyond 3% on decode_tok_per_s_client@1024/math")
 
 
 def _mix() -> RequestMix:
@@ -195,35 +199,29 @@ def _mix() -> RequestMix:
                                    answer_tokens=3000),))
 
 
-def test_a_finalist_faster_on_prefill_and_within_the_floor_slower_on_decode_is_not_crowned():
+def test_a_finalist_faster_on_prefill_and_slightly_slower_on_decode_is_not_crowned():
     """Before: qualified point by point (prefill faster, decode 'same' inside its floor) at 0.967x request time."""
-    floor = NoiseFloor(rel_diff=(("decode_tok_per_s_client@1024/math", 0.02), ("prefill_tok_per_s_server@8192", 0.02)))
-    candidate = [_launch([96.25] * 3, [1600] * 3)] * 2
-    verdict = judge_finalist(BASE, candidate, floor=floor, ranking=Ranking(RANKED_BY, _mix()))
-    assert {c["metric"]: c["verdict"] for c in verdict["comparisons"]} == {
-        "decode_tok_per_s_client@1024/math": "same", "prefill_tok_per_s_server@8192": "faster"}
-    assert verdict["speedup"] == pytest.approx((500 / 1000 + 3000 / 100) / (500 / 1600 + 3000 / 96.25))
+    candidate = [_launch([96.25, 96.0, 96.5], [1600] * 3), _launch([96.5, 96.25, 96.0], [1590] * 3),
+                 _launch([96.0, 96.25, 96.5], [1610] * 3)]
+    verdict = _verdict(BASE, candidate, Ranking(RANKED_BY, _mix()))
     assert verdict["speedup"] < 0.97 and verdict["qualified"] is False
-    assert verdict["reason"].startswith("not shown faster: request time 0.969x")
+    assert verdict["reason"].startswith("not shown faster: request time 0.96")
 
 
 def test_a_request_time_gain_inside_the_launch_to_launch_noise_is_not_shown_faster():
-    """1.5% faster at the median, with launches that overlap the baseline's (2% apart): not shown faster."""
+    """1.5% faster, with launches that overlap the baseline's (2% apart): not shown faster."""
     base = [_launch([100] * 3, [1000] * 3), _launch([102] * 3, [1020] * 3)]
-    floor = NoiseFloor(rel_diff=(("decode_tok_per_s_client@1024/math", 0.02), ("prefill_tok_per_s_server@8192", 0.02)))
     candidate = [_launch([101] * 3, [1010] * 3), _launch([104] * 3, [1040] * 3)]
-    verdict = judge_finalist(base, candidate, floor=floor, ranking=Ranking(RANKED_BY, _mix()))
+    verdict = _verdict(base, candidate, Ranking(RANKED_BY, _mix()))
     assert verdict["speedup"] > 1 and verdict["qualified"] is False
     low, high = verdict["speed"]["interval"]
     assert low < 1 < high and verdict["reason"].startswith("not shown faster")
 
 
-def test_a_finalist_that_cannot_be_compared_on_every_point_is_not_confirmed():
-    partial_floor = NoiseFloor(rel_diff=(("decode_tok_per_s_client@1024/math", 0.01),))
-    verdict = judge_finalist(BASE, [_launch([130] * 3, [1300] * 3)], floor=partial_floor, ranking=GEO)
-    assert verdict["qualified"] is False
-    assert verdict["reason"].startswith("not comparable: cannot compare what was not measured: "
-                                        "prefill_tok_per_s_server@8192 (the noise floor lacks it)")
+def test_a_finalist_without_a_counted_launch_is_not_measured_never_zero():
+    verdict = finalist_verdict(BASE, [], None, ranking=GEO, unmeasured=["launch 0: failed: out of memory"])
+    assert verdict == {"qualified": False, "speedup": None,
+                       "reason": "not measured: no confirmation launch counts (launch 0: failed: out of memory)"}
 
 
 def test_the_best_so_far_line_never_names_a_candidate_slower_than_the_baseline():

@@ -8,7 +8,9 @@ message, as Qwen2.5's does, so a real cache finds that opening in every prompt. 
 that bench's prompts defeat such a cache beyond the opening and that bench flags a hit when prompts
 repeat. `answer_tokens` makes every answer end (at its EOS) after that many tokens unless the
 request sends ignore_eos, as a model that answers briefly does. `stall_posts` makes chosen
-requests stall before answering, as a first-time kernel compile does on a GPU server.
+requests stall before answering, as a first-time kernel compile does on a GPU server. `token_gap_s`
+scripts the time between streamed tokens by request number (1-based), so decode can speed up over a
+launch's first requests as a warming GPU's does.
 
 `FakeNvml` stands in for the pynvml module (no GPU here; tests/gpu/fakes.py's `FakePynvml` for one
 GPU): a test puts it where gpu.device imports pynvml. It reports a busy GPU, and an idle one while
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from tests.gpu.fakes import FakeGpu, FakePynvml
@@ -42,7 +45,9 @@ class PrefixCachingFakeServer:
         decode_ends_after: int | None = None,
         answer_tokens: int | None = None,
         loading_s: float = 0.0,
+        token_gap_s: Callable[[int], float] | None = None,
     ) -> None:
+        self.token_gap_s = token_gap_s or (lambda _post: 0.001)
         self.loaded_at = time.monotonic() + loading_s  # before it: 503 "loading", as this project's server answers
         self.api_key = api_key
         self.decode_ends_after = decode_ends_after  # end multi-token answers early, as a server ignoring ignore_eos
@@ -135,8 +140,9 @@ class PrefixCachingFakeServer:
                     n, finish = fake.decode_ends_after, "stop"
                 if fake.answer_tokens is not None and n > fake.answer_tokens and not body.get("ignore_eos"):
                     n, finish = fake.answer_tokens, "stop"
+                gap = fake.token_gap_s(len(fake.bodies))
                 for _ in range(n):
-                    time.sleep(0.001)
+                    time.sleep(gap)
                     self._event(
                         {"choices": [{"index": 0, "delta": {"content": " tok"}, "finish_reason": None}]}
                     )
@@ -144,7 +150,7 @@ class PrefixCachingFakeServer:
                     "prompt_tokens": prompt_tokens,
                     "completion_tokens": n,
                     "prompt_tokens_details": {"cached_tokens": cached},
-                    "timings": {"queue_s": 0.0, "prefill_s": prefill_s, "decode_s": 0.001 * n},
+                    "timings": {"queue_s": 0.0, "prefill_s": prefill_s, "decode_s": gap * n},
                 }
                 self._event({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
                 self._event({"choices": [], "usage": usage})

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU machine, real model (../shared/device/real-model builds /tmp/real-model/exl3-4.0) and the eval stack
-# (.ci/gpu/eval-install.sh), issue #38: the README's "On your GPU" command on the real 0.5B with --hours 0.25
+# (.ci/gpu/eval-install.sh), issues #38/#46 and #45: the README's "On your GPU" command on the real 0.5B with --hours 0.25
+# and a planted lossy cache (--enqueue cache_kind=quant,cache_k_bits=8,cache_v_bits=5: the fidelity gate must reject it)
 # must end, champion judged and minimized, within 15 minutes + 10% of wall time, writing RESULTS.md's
 # "The night as run" table (each stage planned against measured; what the deadline cut).
 # One device call may run 10 minutes, so each call runs the loop for at most STUDY_SECONDS, stopping it with
@@ -17,6 +18,7 @@ state=/tmp/night-study; mkdir -p "$state"
 started=$(date +%s)
 timeout -s INT "${STUDY_SECONDS:-560}" python -m autoresearch --suite offline --model /tmp/real-model/exl3-4.0 \
   --hours 0.25 --vram 24GiB --emulate-vram --pin cache_tokens=32768 --grace 20 \
+  --enqueue cache_kind=quant,cache_k_bits=8,cache_v_bits=5 \
   --storage "sqlite:///$state/results.db" --results-md "$state/RESULTS.md" --workdir /tmp/night-runs "$@" \
   >>"$state/study.log" 2>&1
 code=$?

@@ -15,8 +15,10 @@ check() {  # name, carried paths...
   [ "$size" -le "$limit" ] || { echo "  over 64 MiB"; bad=1; }
 }
 check call-1 .device-kit/prebuilt
-check call-2 .device-kit/wheels .device-kit/setup.sh .device-models/convert .device-models/exl3
+check call-2 .device-kit/wheels .device-kit/setup.sh .device-models/exl3
 for d in .device-models/part-*; do check "part ${d##*-}" "$d"; done
+last=$(ls -d .device-models/part-* | tail -1)
+check "part+conv" "$last" .device-models/convert  # the converter travels with the last part
 for d in .device-eval/part-*; do check "eval ${d##*-}" "$d"; done
 check minimize .gpu-state/lever-study
 check tabby .device-tabby .gpu-state/lever-study

@@ -186,3 +186,31 @@ def test_a_finalist_with_one_fast_outlier_launch_is_not_crowned_on_it(tmp_path, 
     assert verdicts[lucky]["reason"].startswith("not shown faster")
     assert champion.trial == chosen and champion.decode_tok_per_s == pytest.approx(112.0, rel=0.01)
     assert champion.speedup == pytest.approx(math.sqrt(1.12), rel=0.01)
+
+
+def test_results_md_states_the_verdicts_rule_its_error_rates_and_the_pooled_spread(env, monkeypatch):
+    """Under the champion: how "faster" was decided and how often it errs at this study's own noise (simulated on
+    the round the finalists ran); in the baseline's section, the spread over every baseline launch."""
+    from autoresearch.report.results_md import render
+    from autoresearch.report.snapshot import read_snapshot
+
+    plan = env.plan.bench_plan
+    mark_ranked_by_request_time(env.study)
+    save_request_mix(env.study, RequestMix(tuple(RequestKind(kind="math", context_tokens=c, weight=0.5,
+                                                             prompt_tokens=p, answer_tokens=400)
+                                                 for c, p in ((1024, 512), (8192, 1024)))))
+    FakeLauncher(speeds={"*": (100.0, 1000.0), env.digest(FAST): (130.0, 1300.0)}, wobble=WOBBLE).install(monkeypatch)
+    env.baseline_done(rates=objective_rates(bench_result(plan, 100.0, 1000.0)))
+    _more_baseline_launches(env, [(101.0, 1012.0), (99.0, 990.0)])
+    env.add_trial(FAST, (130.0, 1300.0), rates=objective_rates(bench_result(plan, 130.0, 1300.0)))
+    champion = confirm_finalists(env.plan, env.study, env.space, env.db)
+    assert not champion.is_baseline
+    text = render(read_snapshot(env.plan, env.study, env.db, env.store))
+    how = next(line for line in text.splitlines() if line.startswith('How "faster" was decided'))
+    assert "request time shown above 1.02x; a point shown more than 3% slower vetoes" in how
+    assert "Its spread was pooled from 5 launches of the baseline." in how
+    assert "Error rates: at this study's noise (5 baseline launches), a configuration equal to the baseline would " \
+           "be crowned in " in how and "a real uniform speed-up is confirmed: 1.10x in " in how
+    spread = next(line for line in text.splitlines() if line.startswith("Launch-to-launch spread"))
+    assert "(5: baseline launch 0, baseline launch 1, drift check before trial 1, finalists round 1, launch 0, " \
+           "finalists round 1, launch 1)" in spread

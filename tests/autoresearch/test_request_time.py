@@ -113,7 +113,13 @@ def test_a_rate_the_mix_needs_that_was_not_measured_is_unmeasured_never_a_number
     with pytest.raises(Unmeasured, match="a prefill rate"):
         DECODE_HEAVY.time_s({"decode_tok_per_s_client@1024/math": 40.0})
     with pytest.raises(ValueError, match="positive"):
-        RequestMix((RequestKind(kind="m", context_tokens=1, weight=1.0, prompt_tokens=1.0, answer_tokens=0.0),))
+        RequestMix((RequestKind(kind="m", context_tokens=1, weight=1.0, prompt_tokens=0.0, answer_tokens=5.0),))
+    with pytest.raises(ValueError, match="positive"):
+        RequestMix((RequestKind(kind="m", context_tokens=1, weight=1.0, prompt_tokens=1.0, answer_tokens=-1.0),))
+    # a model that answers nothing at a kind: its requests take their prompt's time alone (issue 45: answers too
+    # short to time are timed past them, and weighed by their own length)
+    mute = RequestMix((RequestKind(kind="m", context_tokens=1024, weight=1.0, prompt_tokens=500.0, answer_tokens=0.0),))
+    assert mute.time_s({"prefill_tok_per_s_server@8192": 1000.0, "decode_tok_per_s_client@1024/m": 40.0}) == 0.5
 
 
 def test_the_median_headline_over_launches_keeps_only_keys_every_launch_measured():

@@ -99,3 +99,59 @@ def test_a_pending_finalist_whose_task_tier_cannot_run_has_its_passing_fidelity_
     assert not verdict["passed"] and verdict["decision_id"] == row["id"] == before["id"]
     assert not row["passed"] and row["failed_stage"] == "tasks"
     assert row["reasons"] == ["tasks could not be judged: ServerCrashed: the finalist's server exited with -11"]
+
+
+class _Judges:
+    """The tier's seam, working again: the fidelity verdict as the candidate's one row (what a suite that
+    passed adds to it is eval's, tested there)."""
+
+    def __init__(self, env: StageEnv):
+        self.env = env
+
+    def judge(self, study, *, trial, label, config, baseline, fidelity, **_):
+        from eval import gate_candidate
+
+        env = self.env
+        return gate_candidate(env.store, model_manifest_hash=env.plan.model.manifest_hash, candidate_label=label,
+                              baseline_label=baseline.label, policy=env.plan.gate_policy,
+                              floor=baseline.fidelity_floor, candidate_fidelity=fidelity), None
+
+
+@pytest.mark.parametrize("fails", ["a taskset run errs, the server alive", "a taskset run errs after the release",
+                                   "the lazy baseline cannot be measured", "Ctrl-C"])
+def test_an_evaluator_failure_interrupts_the_trial_and_the_next_run_judges_it(tmp_path, small_model, monkeypatch,
+                                                                                fails):
+    """Before: the error ended the trial FAIL with no decision row and no mark, so no resume retried it."""
+    from autoresearch.ground.errors import BaselineUnmeasured
+    from autoresearch.ground.study import retry_interrupted
+
+    env = StageEnv.make(tmp_path, small_model, task_tier_scope="every")
+    FakeLauncher().install(monkeypatch)
+    _lossless_fidelity(monkeypatch)
+    env.baseline_done()
+    error = {"a taskset run errs, the server alive": TasksetRunError("verifiers' rg-math worker exited 1"),
+             "a taskset run errs after the release": TasksetRunError("verifiers' rg-math worker exited 1"),
+             "the lazy baseline cannot be measured": BaselineUnmeasured(
+                 "the baseline's answers cannot be the reference: 3 failed episodes", constraint="tasks",
+                 outcome="baseline_tasks_invalid"),
+             "Ctrl-C": KeyboardInterrupt()}[fails]
+    env.runner.tier = _Tier(error, release=fails.endswith("after the release"))
+
+    with pytest.raises(type(error)):  # the loop stops and says why
+        env.run(CHANGE)
+
+    [interrupted] = env.study.get_trials(deepcopy=False)[-1:]
+    assert interrupted.state.name == "FAIL" and interrupted.user_attrs["interrupted_in"] == interrupted.number
+    [row] = _rows(env, interrupted)  # one row, saying why it was not judged
+    assert not row["passed"] and row["failed_stage"] == "tasks" and row["evidence"]["fidelity"]["passed"]
+    assert "interrupted" in row["reasons"][0] and "the next run judges it again" in row["reasons"][0]
+    assert interrupted.user_attrs["gate_decision_id"] == row["id"]
+
+    assert retry_interrupted(env.study) == [interrupted.number]  # what the next run does first
+    env.runner.tier = _Judges(env)
+    env.study.optimize(env.runner, n_trials=1, catch=())
+    retried = env.study.get_trials(deepcopy=False)[-1]
+    assert retried.number != interrupted.number and retried.params == interrupted.params
+    assert retried.user_attrs["outcome"] == "passed"
+    [judged] = _rows(env, retried)
+    assert judged["passed"] and retried.user_attrs["gate_decision_id"] == judged["id"]

@@ -56,7 +56,7 @@ def test_a_full_context_fp16_cache_does_not_fit_a_3090_but_a_4_bit_one_does(memo
     assert not fp16.fits and fp16.excess_bytes > 0
     with pytest.raises(DoesNotFit, match="exceeds the usable") as exc:
         require_fit(fp16.estimate, RTX_3090)
-    assert exc.value.check.excess_bytes == fp16.excess_bytes
+    assert exc.value.excess_bytes == fp16.excess_bytes
     q4 = _config(cache_tokens=262144, cache_slots=1, cache_kind="quant", cache_k_bits=4, cache_v_bits=4)
     assert check_fit(memory.estimate(q4), RTX_3090).fits  # reported: a single 3090 at 262144 with Q4
 

@@ -45,7 +45,8 @@ JUDGED = "judged"  # judged: inside its trial (--task-tier-scope every) or by th
 
 def record_task_verdict(study: optuna.Study, number: int, *, passed: bool,
                         reasons: list[str]) -> optuna.trial.FrozenTrial:
-    """Write a finished trial's task-tier verdict into its record; returns the trial as stored now.
+    """Write a finished trial's task-tier verdict into its record, `reasons` saying what the tier found (for a
+    pass too: a smoke run judges nothing, and says so); returns the trial as stored now.
 
     Raises:
         TypeError: the study is not in an RDB storage (SQLite, PostgreSQL): the loop's always is.
@@ -56,7 +57,7 @@ def record_task_verdict(study: optuna.Study, number: int, *, passed: bool,
     outcome = TrialOutcome.PASSED if passed else TrialOutcome.gate_failed("tasks")
     earlier = [r for r in trial.user_attrs.get("reasons", []) if not r.startswith("task tier pending")]
     user = {"outcome": outcome.value, "task_tier": JUDGED,
-            "reasons": [*earlier, *(reasons if not passed else ["task tier passed (judged by the finalists' stage)"])]}
+            "reasons": [*earlier, *reasons]}
     values = measured_values(trial) if passed else NOT_MEASURED
     return _amend(study, trial, system=system, user=user, values=values)
 

@@ -155,3 +155,39 @@ def test_an_evaluator_failure_interrupts_the_trial_and_the_next_run_judges_it(tm
     assert retried.user_attrs["outcome"] == "passed"
     [judged] = _rows(env, retried)
     assert judged["passed"] and retried.user_attrs["gate_decision_id"] == judged["id"]
+
+
+def test_a_finalist_whose_smoke_run_completes_is_recorded_as_judging_nothing(tmp_path, small_model, monkeypatch):
+    """Before: its trial's reasons read "task tier passed (judged by the finalists' stage)" while RESULTS.md said,
+    rightly, that a smoke task tier judged nothing."""
+    import datetime
+
+    from autoresearch.checks.judging import SMOKE_RUN
+    from autoresearch.report.results_md import render_section
+    from eval import GatePolicy, TaskPolicy, gate_candidate
+
+    env = StageEnv.make(tmp_path, small_model, suite="offline", gate_policy=GatePolicy(tasks=TaskPolicy(mode="smoke")))
+    FakeLauncher().install(monkeypatch)
+    _lossless_fidelity(monkeypatch)
+    env.baseline_done()
+    env.runner.tier = SimpleNamespace()  # pending: judged by the finalists' stage
+    trial = env.run(CHANGE)
+
+    def smoke_run_completes(study, *, trial, label, config, baseline, fidelity, replace_id, **_):
+        gate = gate_candidate(env.store, model_manifest_hash=env.plan.model.manifest_hash, candidate_label=label,
+                              baseline_label=baseline.label, policy=env.plan.gate_policy, floor=baseline.fidelity_floor,
+                              candidate_fidelity=fidelity, replace_id=replace_id)
+        return gate, SimpleNamespace(verdicts=(), baseline_answered={}, candidate_answered={})
+
+    runner = object.__new__(TierRunner)  # the real runner's judging, its smoke run's answers not what is tested
+    runner.plan, runner.store, runner.db, runner.judge = env.plan, env.store, env.db, smoke_run_completes
+    verdict = runner.judge_pending(env.study, env.study.trials[trial.number])
+
+    stored = env.study.trials[trial.number].user_attrs
+    assert verdict["passed"] and stored["outcome"] == "passed" and stored["reasons"][-1] == SMOKE_RUN
+    assert not any("task tier passed" in r for r in stored["reasons"])
+    header = render_section("header", SimpleNamespace(
+        plan=env.plan, generated=datetime.datetime(2026, 12, 4), stopped=None, ranking="request time", mix=None,
+        suite_concurrency=None, fidelity_gate={"noise_factor": 3, "min_floor_kl_mean": 1e-4, "min_floor_kl_p99": 1e-3,
+                                               "min_floor_top1_disagreement": 0.002}))
+    assert "judged nothing" in header and "nothing judged" in SMOKE_RUN  # the store and the prose agree

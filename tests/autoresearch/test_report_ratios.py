@@ -91,3 +91,30 @@ def test_energy_on_a_run_without_gpu_telemetry_is_one_line(tmp_path, small_model
     assert section[1:] == ["", "Not measured for any configuration: no GPU telemetry in its bench records (no NVML, "
                                "or recorded before bench measured energy)."]
     assert "power limit of - W" not in text
+
+
+def test_one_launch_each_puts_the_request_time_between_its_parts_however_the_points_differ(tmp_path, small_model):
+    """The search's one launch each, a candidate twice as fast at the workload's decode point (1024) and half as
+    fast at the other (8192): decode's objective (the geometric mean over both) is the baseline's, the workload's
+    requests are 1.333x sooner. Before: the front read request time 1.333x beside decode 1.000x and prefill 1.000x
+    (each objective's ratio), as the Quick start's front read 1.265x beside 1.237x and 1.228x."""
+    import dataclasses
+
+    from results import to_jsonable
+
+    env = StageEnv.make(tmp_path, small_model)
+    plan = env.plan.bench_plan
+    mark_ranked_by_request_time(env.study)
+    save_request_mix(env.study, MIX)
+    env.baseline_done(rates=objective_rates(bench_result(plan, 100.0, 1000.0)))
+    fast, slow = bench_result(plan, 200.0, 1000.0), bench_result(plan, 50.0, 1000.0)
+    mixed = dataclasses.replace(fast, decode=tuple(f if f.context_tokens == 1024 else s
+                                                   for f, s in zip(fast.decode, slow.decode, strict=True)))
+    trial = env.add_trial(FAST, (100.0, 1001.0), rates=objective_rates(mixed))
+    env.db.add_measurement(study="stages", trial=trial, kind="bench", config_digest=env.digest(FAST),
+                           payload=to_jsonable(mixed.to_dict()))
+    text = render(read_snapshot(env.plan, env.study, env.db, env.store))
+    front = text.split("## Gated Pareto front")[1].split("\n## ")[0]
+    [row] = [line for line in front.splitlines() if line.startswith(f"| {trial} ")]
+    request, decode, prefill = (float(c.strip().rstrip("x")) for c in row.split("|")[4:7])
+    assert (request, decode, prefill) == (1.333, 2.0, 1.0)

@@ -41,7 +41,7 @@ def _study(tmp_path, small_model, monkeypatch, finalist: list[tuple[float, float
     env.baseline_done(floor=floor.to_dict(), rates=objective_rates(bench_result(plan, 100.0, 1000.0)))
     trial = env.add_trial(FAST, (150.0, 1500.0), rates=objective_rates(bench_result(plan, 150.0, 1500.0)))
     champion = confirm_finalists(env.plan, env.study, env.space, env.db)
-    assert champion.trial == trial
+    assert champion.trial == (env.study.trials[0].number if champion.is_baseline else trial)
     return env
 
 
@@ -118,3 +118,17 @@ def test_one_launch_each_puts_the_request_time_between_its_parts_however_the_poi
     [row] = [line for line in front.splitlines() if line.startswith(f"| {trial} ")]
     request, decode, prefill = (float(c.strip().rstrip("x")) for c in row.split("|")[4:7])
     assert (request, decode, prefill) == (1.333, 2.0, 1.0)
+
+
+def test_the_baseline_keeping_the_crown_is_said_so_and_no_champion_column_is_a_row_of_dashes(
+        tmp_path, small_model, monkeypatch):
+    """Before: "**the baseline**: request time 1.000x faster than the baseline's on the workload (decode 1.000x,
+    prefill 1.000x)", and decode per kind's champion columns all dashes."""
+    env = _study(tmp_path, small_model, monkeypatch, [(90.0, 900.0)])  # slower in its fresh launch
+    text = render(read_snapshot(env.plan, env.study, env.db, env.store))
+    champion = text.split("## Champion")[1].split("\n## ")[0]
+    assert "**The baseline keeps the crown**: decode 100.00 tok/s, prefill 1,000.0 tok/s (no finalist" in champion
+    assert "faster than the baseline's" not in champion
+    per_kind = text.split("## Decode per kind")[1].split("\n## ")[0]
+    assert "| kind | context | weight | baseline tok/s | baseline answer, tokens |" in per_kind
+    assert "champion" not in per_kind.split("| kind |")[1]

@@ -16,7 +16,7 @@ fresh launch) is `python -m autoresearch sweep`; `python -m eval fidelity sweep`
 Exit status: 0 ok (gate: the candidate passed), 1 failed, 2 usage error.
 
 The parser and one short function per subcommand, each a thin use of the package's own functions; the Prime
-supply chain's subcommands (setup, data, image) are eval.prime.commands'.
+supply chain's subcommands (setup, data, image) are eval.supply_chain's.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.text import Text
 
+from eval import supply_chain
 from eval.errors import EvalConfigError
 from eval.policy_args import (
     add_gate_policy_arguments,
@@ -41,7 +42,6 @@ from eval.policy_args import (
     probe_set_from_args,
     task_policy_from_args,
 )
-from eval.prime import commands as prime_commands
 from tuner_errors import TunerError
 
 console = Console()
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m eval", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    prime_commands.add_parsers(sub, _add_common)
+    supply_chain.add_parsers(sub, _add_common)
 
     run = sub.add_parser("run", help="run a suite through verifiers against a server")
     run.add_argument("--suite", required=True)
@@ -332,8 +332,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
     try:
-        if args.command in prime_commands.COMMANDS:
-            return prime_commands.COMMANDS[args.command](args, _paths(args))
+        if args.command in supply_chain.COMMANDS:
+            return supply_chain.COMMANDS[args.command](args, _paths(args))
         return COMMANDS[args.command](args)
     except TunerError as exc:
         # Text, not markup: messages quote lists and paths with brackets.

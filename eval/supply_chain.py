@@ -1,7 +1,8 @@
-"""`python -m eval setup | data | image`: the Prime suites' supply chain from the command line.
+"""`python -m eval setup | data | image`: the Prime suites' supply chain (eval.prime) from the command line.
 
 eval/__main__.py registers these subcommands (`add_parsers`) and runs them (`COMMANDS`, given the parsed
-arguments and the cache's paths); each subcommand's flags sit beside what it runs.
+arguments and the cache's paths); each subcommand's flags sit beside what it runs. eval.prime is imported only
+when one of them runs: the offline path never loads it (tests/eval/test_offline_path.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from pathlib import Path
 
 from eval.errors import EvalConfigError, EvalError
 from eval.paths import EvalPaths
-from eval.prime.locks import load_locks
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -35,7 +35,7 @@ def add_parsers(sub, add_common: Callable[[argparse.ArgumentParser], None]) -> N
 
 
 def setup(args: argparse.Namespace, paths: EvalPaths) -> int:
-    from eval.prime import checkout_dir, ensure_checkout, install_environments, verify_checkout
+    from eval.prime import checkout_dir, ensure_checkout, install_environments, load_locks, verify_checkout
     from eval.runner import is_installed
 
     locks = load_locks(args.locks_dir)
@@ -72,7 +72,7 @@ def image(args: argparse.Namespace, paths: EvalPaths) -> int:
 
 
 def data(args: argparse.Namespace, paths: EvalPaths) -> int:
-    from eval.prime import check_dataset, download_dataset
+    from eval.prime import check_dataset, download_dataset, load_locks
 
     locks = load_locks(args.locks_dir)
     names = sorted(locks.datasets) if args.name == "all" else [args.name]

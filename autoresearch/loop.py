@@ -15,6 +15,7 @@ import optuna
 from autoresearch.champion.minimal_champion import minimize_champion
 from autoresearch.champion.minimal_gate import gate_minimal, gate_tabbyapi_subset
 from autoresearch.checks.judging import JUDGED
+from autoresearch.checks.verdicts import store_unpassed_without_values
 from autoresearch.crown.finalists import confirm_finalists, feasible_front
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import ConfirmedElsewhere, PlanError
@@ -159,6 +160,9 @@ def _run(plan: RunPlan, space, concurrency: Concurrency | None = None) -> int:
     if stopped:
         log.warning("stopped %d server(s) left running by a killed loop", stopped)
     study = open_study(plan, space)
+    if restored := store_unpassed_without_values(study):  # a study stored before NOT_MEASURED (the dashboard's best)
+        log.info("trials %s did not pass: their speeds stay in their user attrs, their values are now NOT_MEASURED",
+                 restored)
     _record_manifests(plan)
     log.info("study %s in %s: %d trials so far; search space of %s configurations", plan.study_name,
              plan.storage_url, len(study.trials), space.size())

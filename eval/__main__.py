@@ -15,8 +15,8 @@ fresh launch) is `python -m autoresearch sweep`; `python -m eval fidelity sweep`
 
 Exit status: 0 ok (gate: the candidate passed), 1 failed, 2 usage error.
 
-About 410 lines in one module: the parser and one short function per subcommand, each a thin use of the
-package's own functions; split, the subcommands' flags would live apart from what they run.
+The parser and one short function per subcommand, each a thin use of the package's own functions; the Prime
+supply chain's subcommands (setup, data, image) are eval.supply_chain's.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.text import Text
 
-from eval.errors import EvalConfigError, EvalError
+from eval import supply_chain
+from eval.errors import EvalConfigError
 from eval.policy_args import (
     add_gate_policy_arguments,
     add_probe_arguments,
@@ -78,17 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m eval", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    setup = sub.add_parser(
-        "setup", help="fetch the pinned prime-environments commit and install its tasksets"
-    )
-    setup.add_argument("--check", action="store_true", help="verify checkout and installs without network")
-    setup.add_argument("environments", nargs="*", help="only these (default: every pinned one)")
-    _add_common(setup)
-
-    data = sub.add_parser("data", help="download and verify a pinned dataset (NAME from locks/datasets.toml)")
-    data.add_argument("name", help="dataset name, or 'all'")
-    data.add_argument("--check", action="store_true", help="verify the cached files only; no network")
-    _add_common(data)
+    supply_chain.add_parsers(sub, _add_common)
 
     run = sub.add_parser("run", help="run a suite through verifiers against a server")
     run.add_argument("--suite", required=True)
@@ -116,11 +107,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--manifest-hash", help="model manifest hash recorded with the run")
     run.add_argument("--output", type=Path, help="dry-run: write each resolved EvalConfig JSON here")
     _add_common(run)
-
-    image = sub.add_parser("image", help="write the runtime image's build context and build it with Docker")
-    image.add_argument("--context", type=Path, help="where to write the context (default: CACHE/runtime-image)")
-    image.add_argument("--no-build", action="store_true", help="write the context and print the build command")
-    _add_common(image)
 
     fid = sub.add_parser("fidelity", help="fidelity against the baseline's reference")
     fsub = fid.add_subparsers(dest="fidelity_command", required=True)
@@ -180,63 +166,6 @@ def _locks(args):
     from eval.prime import load_locks
 
     return load_locks(args.locks_dir)
-
-
-def cmd_setup(args) -> int:
-    from eval.prime import checkout_dir, ensure_checkout, install_environments, verify_checkout
-    from eval.runner import is_installed
-
-    locks, paths = _locks(args), _paths(args)
-    if args.check:
-        verify_checkout(locks, checkout_dir(paths))
-        missing = [n for n in (args.environments or sorted(locks.environments)) if not is_installed(n)]
-        if missing:
-            raise EvalError(
-                f"checkout ok, but not installed: {', '.join(missing)}; run `python -m eval setup`"
-            )
-        print(f"prime_environments: {locks.commit} (verified)")
-        return 0
-    checkout = ensure_checkout(locks, paths)
-    installed = install_environments(locks, checkout, args.environments or None)
-    print(f"prime_environments: {locks.commit}")
-    for name in installed:
-        print(f"installed: {name} {locks.environments[name].version}")
-    return 0
-
-
-def cmd_image(args) -> int:
-    import shlex
-    import subprocess
-
-    from eval.prime import build_command, image_id, image_tag, write_context
-
-    context = write_context(args.context or _paths(args).cache_dir / "runtime-image")
-    command = build_command(context)
-    print(f"build: {shlex.join(command)}")
-    if args.no_build:
-        return 0
-    if subprocess.run(command).returncode != 0:
-        raise EvalError(f"docker build failed; the context is in {context}")
-    print(f"image: {image_tag()} {image_id(image_tag())}")
-    return 0
-
-
-def cmd_data(args) -> int:
-    from eval.prime import check_dataset, download_dataset
-
-    locks, paths = _locks(args), _paths(args)
-    names = sorted(locks.datasets) if args.name == "all" else [args.name]
-    for name in names:
-        if name not in locks.datasets:
-            raise EvalConfigError(
-                f"unknown dataset {name!r}; pinned: {', '.join(sorted(locks.datasets))}, or 'all'"
-            )
-        pin = locks.datasets[name]
-        snapshot = check_dataset(paths, pin) if args.check else download_dataset(paths, pin)
-        print(
-            f"verified: {name} {pin.repo}@{pin.revision} ({len(pin.files)} files, {pin.size_bytes} bytes) {snapshot}"
-        )
-    return 0
 
 
 def cmd_run(args) -> int:
@@ -387,8 +316,7 @@ def cmd_gate(args) -> int:
     return 0 if record.decision.passed else 1
 
 
-COMMANDS = {"setup": cmd_setup, "data": cmd_data, "image": cmd_image, "run": cmd_run, "fidelity": cmd_fidelity,
-            "gate": cmd_gate}
+COMMANDS = {"run": cmd_run, "fidelity": cmd_fidelity, "gate": cmd_gate}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -404,6 +332,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
     try:
+        if args.command in supply_chain.COMMANDS:
+            return supply_chain.COMMANDS[args.command](args, _paths(args))
         return COMMANDS[args.command](args)
     except TunerError as exc:
         # Text, not markup: messages quote lists and paths with brackets.

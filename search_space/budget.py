@@ -108,7 +108,7 @@ def require_fit(estimate: MemoryEstimate, budget: Budget, calibration: Calibrati
             f"predicted peak {_gib(check.predicted_peak_bytes)} exceeds the usable "
             f"{_gib(budget.usable_bytes)} ({_gib(budget.vram_bytes)} less a {_gib(budget.reserve_bytes)} reserve); "
             f"components: " + ", ".join(f"{k} {_gib(v)}" for k, v in estimate.components().items()),
-            check=check,
+            excess_bytes=check.excess_bytes,
         )
     return check
 

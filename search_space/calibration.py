@@ -6,6 +6,12 @@ pairs into `measured ≈ factor × predicted + overhead`, lifted so that no obse
 have been under-predicted: an over-estimate costs a skipped candidate, an under-estimate a
 crashed server start.
 
+The model's differences are exact where the tensors are known (the KV cache's growth with its tokens,
+its format, the weights): a fitted slope under 1 (peaks that grew slower than predicted, say configurations
+that differ in a workspace the model over-predicts) would under-predict that growth past the observations,
+and one over 1 below them. So a prediction is never less than an observed peak plus the model's own
+difference from it (`growth_overhead_bytes`: the slope-1 offset that covers every observation).
+
 Usage:
     calibration = Calibration.fit([MemoryObservation(predicted_peak_bytes=p, measured_peak_bytes=m), ...])
     calibration.apply(estimate.peak_bytes)
@@ -40,14 +46,19 @@ class MemoryObservation:
 
 @dataclass(frozen=True, slots=True)
 class Calibration:
-    """measured ≈ factor × predicted + overhead_bytes. The identity until trials have reported."""
+    """measured ≈ factor × predicted + overhead_bytes, and never under predicted + growth_overhead_bytes.
+    The identity until trials have reported."""
 
     factor: float = 1.0
     overhead_bytes: int = 0
     observations: int = 0
+    growth_overhead_bytes: int | None = None  # None: no floor (a calibration given, not fitted)
 
     def apply(self, predicted_bytes: int) -> int:
-        return math.ceil(self.factor * predicted_bytes) + self.overhead_bytes
+        fitted = math.ceil(self.factor * predicted_bytes) + self.overhead_bytes
+        if self.growth_overhead_bytes is None:
+            return fitted
+        return max(fitted, predicted_bytes + self.growth_overhead_bytes)
 
     @classmethod
     def fit(cls, observations: Iterable[MemoryObservation]) -> Calibration:
@@ -66,4 +77,5 @@ class Calibration:
             factor = min(max(sxy / sxx, FACTOR_BOUNDS[0]), FACTOR_BOUNDS[1])
         # the smallest offset under which every observation is covered
         overhead = max(y - math.ceil(factor * x) for x, y in zip(xs, ys, strict=True))
-        return cls(factor=factor, overhead_bytes=overhead, observations=len(obs))
+        growth = max(y - x for x, y in zip(xs, ys, strict=True))  # the same, at the model's own slope
+        return cls(factor=factor, overhead_bytes=overhead, observations=len(obs), growth_overhead_bytes=growth)

@@ -7,19 +7,14 @@
         ├── SpaceError             a pinned value or a sampled parameter does not fit the space (ValueError)
         ├── ModelInfoError         the checkpoint's config or safetensors headers cannot be read
         ├── BudgetError            a VRAM budget is malformed or cannot be determined (ValueError)
-        └── DoesNotFit             a configuration's predicted peak VRAM exceeds the budget; `.check`
+        └── DoesNotFit             a configuration's predicted peak VRAM exceeds the budget; `.excess_bytes`
 
 Invalid ServingConfig objects are refused by `serving.config` itself (serving.errors.ConfigError).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from tuner_errors import TunerError
-
-if TYPE_CHECKING:
-    from search_space.budget import FitCheck
 
 __all__ = [
     "BudgetError",
@@ -57,8 +52,8 @@ class BudgetError(SearchSpaceError, ValueError):
 
 
 class DoesNotFit(SearchSpaceError):
-    """The configuration's predicted peak VRAM exceeds the budget; `.check` holds the numbers."""
+    """The configuration's predicted peak VRAM exceeds the budget: by `.excess_bytes` (the message has the rest)."""
 
-    def __init__(self, message: str, *, check: FitCheck):
+    def __init__(self, message: str, *, excess_bytes: int):
         super().__init__(message)
-        self.check = check
+        self.excess_bytes = excess_bytes

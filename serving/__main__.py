@@ -85,7 +85,7 @@ def prepare(args: argparse.Namespace):
     os.environ.update(config.env)
     template = ChatTemplate.from_model_dir(args.model)
     engine = build_engine(config, args.model, vram_limit_bytes=args.vram_limit)
-    from serving.app import ServerState
+    from serving.state import ServerState
 
     name = config.served_model_name or args.model.resolve().name
     limits = RequestLimits(max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout,

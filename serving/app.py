@@ -12,9 +12,6 @@ import asyncio
 import hmac
 import json
 import logging
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
@@ -30,9 +27,8 @@ from serving.api_requests import (
     parse_chat,
     parse_completion,
 )
-from serving.chat_template import ChatTemplate, TemplateError
-from serving.config import ServingConfig
-from serving.engine import Engine, GenerationRequest
+from serving.chat_template import TemplateError
+from serving.engine import GenerationRequest
 from serving.limits import RequestLimits
 from serving.reasoning import ReasoningSplitter, prompt_opens_reasoning
 from serving.responses import (
@@ -43,23 +39,11 @@ from serving.responses import (
     sse,
     until_disconnect,
 )
+from serving.state import ServerState
 
-__all__ = ["ServerState", "create_app"]
+__all__ = ["create_app"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ServerState:
-    engine: Engine
-    template: ChatTemplate
-    config: ServingConfig
-    model_dir: Path
-    model_name: str
-    api_key: str | None = None
-    limits: RequestLimits = field(default_factory=RequestLimits)
-    created: int = field(default_factory=lambda: int(time.time()))
-    warned_fields: set = field(default_factory=set)
 
 
 def create_app(state: ServerState, *, allowed_hosts: list[str] | None = None) -> FastAPI:

@@ -22,7 +22,7 @@ from serving.engine import EngineUsage, FinishEvent, GenerationRequest, ScoreReq
 from serving.reasoning import ReasoningSplitter
 
 if TYPE_CHECKING:
-    from serving.app import ServerState
+    from serving.state import ServerState
 
 __all__ = ["chat_stream", "chat_whole", "completion_stream", "completion_whole", "sse", "until_disconnect"]
 

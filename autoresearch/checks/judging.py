@@ -37,6 +37,9 @@ from serving.errors import LaunchError
 __all__ = ["JUDGED", "PENDING", "TierRunner"]
 
 log = logging.getLogger(__name__)
+PASSED = "task tier passed (judged by the finalists' stage)"
+SMOKE_RUN = ("task tier smoke run completed on the finalists' stage (--task-tier smoke: its answers recorded, "
+             "nothing judged)")
 
 
 class TierRunner:
@@ -133,8 +136,9 @@ class TierRunner:
                                   policy=self.plan.gate_policy, stage="tasks", reason=reason,
                                   replace_id=t.user_attrs.get("gate_decision_id"))
             return {"passed": False, "decision_id": row.decision_id, "reasons": [reason]}
+        passed = [PASSED if self.plan.gate_policy.tasks.decides else SMOKE_RUN]  # a smoke run judged nothing
         return {"passed": gate.decision.passed, "decision_id": gate.decision_id,
-                "reasons": list(gate.decision.reasons),
+                "reasons": passed if gate.decision.passed else list(gate.decision.reasons),
                 "tasksets": [{"name": v.name, "decision": v.decision, "tasks_used": v.tasks_used, "lost": v.lost,
                               "gained": v.gained, "power": v.power} for v in judgment.verdicts],
                 "baseline_answered": judgment.baseline_answered, "candidate_answered": judgment.candidate_answered}

@@ -18,14 +18,16 @@ import math
 
 import optuna
 
-__all__ = ["measured_values", "speeds"]
+__all__ = ["SPEED_ATTRS", "measured_values", "speeds"]
+
+SPEED_ATTRS = ("decode_tok_per_s", "prefill_tok_per_s")  # every measured trial's user attrs
 
 
 def speeds(trial: optuna.trial.FrozenTrial) -> tuple[float, float] | None:
     """(decode, prefill) tok/s as measured: the values of a passed trial, else its user attrs; None unmeasured."""
     if trial.values and all(math.isfinite(v) and v > 0 for v in trial.values):
         return trial.values[0], trial.values[1]
-    decode, prefill = trial.user_attrs.get("decode_tok_per_s"), trial.user_attrs.get("prefill_tok_per_s")
+    decode, prefill = (trial.user_attrs.get(k) for k in SPEED_ATTRS)
     return (decode, prefill) if decode and prefill else None
 
 

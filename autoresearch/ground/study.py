@@ -268,7 +268,7 @@ class GateSampler(optuna.samplers.TPESampler):
     A pending trial stores NOT_MEASURED as values (autoresearch.ground.speeds: else optuna-dashboard names it
     "Best Trial"). Plain TPE would rank the night's likely champions below every measured trial and search away
     from them; this one hands TPE a view of the study in which each carries its speeds (with_pending_speeds).
-    Optuna is pinned (5.0.0): TPE reads trials through `study._get_trials` only (tests/autoresearch/test_pending.py)."""
+    Optuna is pinned (5.1.0): TPE reads trials through `study._get_trials` only (tests/autoresearch/test_pending.py)."""
 
     def sample_relative(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
                         search_space: dict[str, Any]) -> dict[str, Any]:

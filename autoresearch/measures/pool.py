@@ -23,12 +23,12 @@ import optuna
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import Unmeasured
 from autoresearch.ground.study import baseline_trial
-from autoresearch.measures.launch_stats import Reading, pooled_spread
+from autoresearch.measures.launch_stats import Reading, geometric_cost, pooled_spread
 from autoresearch.measures.objectives import objective_metrics, objectives_from_bench
 from autoresearch.measures.ranking import POOL_ATTR, Ranking
 from bench import BenchResult, mark_stalls
 
-__all__ = ["BaselineLaunch", "baseline_launches", "launch_spread", "pooled_rates", "save_pool"]
+__all__ = ["BaselineLaunch", "baseline_launches", "baseline_payloads", "launch_spread", "pooled_rates", "save_pool"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,12 @@ def _records(study: optuna.Study, db: ResultsDB, study_name: str, number: int | 
              r["payload"]) for r in db.measurements(study=study_name, kind="finalist_bench")
             if r["payload"].get("trial") == number]
     return out
+
+
+def baseline_payloads(study: optuna.Study, db: ResultsDB, study_name: str) -> list[dict]:
+    """Every stored bench record of the baseline's configuration (its launches, drift readings, finalists'
+    rounds), in the order stored: what RESULTS.md takes the search's ratios against."""
+    return [payload for _, _, payload in _records(study, db, study_name, None)]
 
 
 def baseline_launches(study: optuna.Study, db: ResultsDB, study_name: str, ranking: Ranking | None = None, *,
@@ -108,14 +114,26 @@ def save_pool(study: optuna.Study, db: ResultsDB, study_name: str, *, baseline: 
     """Store the search's reference (autoresearch.measures.ranking.Ranking reads it): each point's rate and tokens
     per joule pooled over every baseline launch so far, how many, and their spread. Called where a launch of the
     baseline is stored: its trial, a drift check, a finalists' round."""
-    launches = baseline_launches(study, db, study_name, baseline=baseline)
+    ranking = Ranking.of(study)
+    launches = baseline_launches(study, db, study_name, ranking, baseline=baseline)
     if not launches:
         return {}
     energy = [b.energy for b in launches if b.energy]
+    costs: dict[str, float] = {}
+    if ranking.mix is not None:  # each launch's cost, then their geometric mean: the verdict's own estimator
+        costs["request_s"] = geometric_cost([Reading(ranking.mix.time_s(b.rates)) for b in launches])
+        joules = []
+        for b in energy:
+            try:
+                joules.append(Reading(ranking.mix.energy_j(b)))
+            except Unmeasured:
+                continue
+        if joules:
+            costs["energy_j"] = geometric_cost(joules)
     objectives = pooled_rates({"decode": b.objectives[0], "prefill": b.objectives[1]} for b in launches)
     pool = {"rates": pooled_rates(b.rates for b in launches), "energy_rates": pooled_rates(energy) if energy else {},
             "objectives": [objectives["decode"], objectives["prefill"]],
             "launches": len(launches), "energy_launches": len(energy), "spread": launch_spread(launches),
-            "sources": [b.source for b in launches]}
+            "sources": [b.source for b in launches], **costs}
     study.set_user_attr(POOL_ATTR, pool)
     return pool

@@ -108,12 +108,15 @@ class Ranking:
         if missing:
             what = "no energy reading" if attr == ENERGY_RATES else "no rates (a worker of an older version ran it)"
             raise Unmeasured(f"trial {missing[0]} stored {what}")
-        return self._cost(reference) / self._cost(trial.user_attrs[attr])
+        return self.reference_cost(baseline) / self._cost(trial.user_attrs[attr])
 
-    def search_speedup(self, rates: Mapping[str, float], baseline: optuna.trial.FrozenTrial) -> float | None:
-        """A search launch's request-time speed-up against the baseline's pooled rates (None without a mix)."""
-        reference = self.reference(baseline)
-        return None if self.mix is None or not reference else self.mix.time_s(reference) / self.mix.time_s(rates)
+    def reference_cost(self, baseline: optuna.trial.FrozenTrial) -> float:
+        """The baseline's cost every search ratio is taken against: the geometric mean of each of its launches'
+        costs (the verdict's estimator), else of its pooled rates, else of its first launch."""
+        pooled = (self.pool or {}).get("energy_j" if self.measure is ENERGY else "request_s")
+        return pooled or self._cost(self.reference(baseline, ENERGY_RATES if self.measure is ENERGY else RATES))
+
+
 
     def _cost(self, headline: Mapping[str, float]) -> float:
         """Per request on the mix: seconds on rates, or joules on tokens per joule (Unmeasured: a point lacks it)."""

@@ -120,14 +120,25 @@ class RequestMix:
         """The workload's mean answer length: answer tokens per joule = answer_tokens / energy_j."""
         return sum(k.weight * k.answer_tokens for k in self.kinds)
 
+    def parts_s(self, headline: Mapping[str, float]) -> tuple[float, float]:
+        """(prefill, decode): the mean request time's two terms, prompt tokens over the prefill rates and answer
+        tokens over the decode rates (time_s is their sum). Raises Unmeasured as time_s does."""
+        terms = self._terms(headline, PREFILL_RATE, DECODE_RATE, "request time")
+        return sum(p for p, _ in terms), sum(d for _, d in terms)
+
     def _per_request(self, values: Mapping[str, float], prefill_rate: str, decode_rate: str, what: str) -> float:
+        return sum(p + d for p, d in self._terms(values, prefill_rate, decode_rate, what))
+
+    def _terms(self, values: Mapping[str, float], prefill_rate: str, decode_rate: str,
+               what: str) -> list[tuple[float, float]]:
+        """Per kind of request, its weighted prompt and answer terms."""
         prefill = {m.tokens: v for k, v in values.items() if (m := Metric.parse(k)).rate == prefill_rate and v > 0}
         decode = {k: str(Metric.decode(decode_rate, k.context_tokens, k.kind)) for k in self.kinds}
         missing = [key for key in decode.values() if not values.get(key, 0) > 0]
         if missing or not prefill:
             raise Unmeasured(f"{what} needs {', '.join(missing) or f'a prefill rate ({prefill_rate})'} (not measured)")
-        return sum(k.weight * (k.prompt_tokens / prefill_rate_at(k.prompt_tokens, prefill)
-                               + k.answer_tokens / values[decode[k]]) for k in self.kinds)
+        return [(k.weight * (k.prompt_tokens / prefill_rate_at(k.prompt_tokens, prefill)),
+                 k.weight * (k.answer_tokens / values[decode[k]])) for k in self.kinds]
 
     def speedup(self, baseline: Mapping[str, float], candidate: Mapping[str, float]) -> float:
         """T(baseline) / T(candidate): above 1, the candidate answers the workload sooner."""

@@ -3,8 +3,9 @@
 The decode objective is a weighted geometric mean over the workload's kinds (autoresearch.measures.objectives);
 a champion faster on the mix may be slower on one kind, and drafting gains depend on the text, so the
 report shows each point. Numbers come from the finalists' fresh launches (the round that confirmed the
-champion: each launch's median, then the median over launches) or, before any round, from the search
-launch of each trial. Acceptance is the champion's pooled draft acceptance at that point. The
+champion: each launch's median, then over the launches as the decision's estimator takes them,
+autoresearch.measures.launch_stats.geometric_cost, and the ratio by the same estimator) or, before any round, from the
+search launch of each trial. Acceptance is the champion's pooled draft acceptance at that point. The
 baseline's answer length says whether fixed-length runs timed its answers or the text after them.
 """
 
@@ -14,6 +15,8 @@ import statistics
 from dataclasses import dataclass
 
 from autoresearch.ground.db import ResultsDB
+from autoresearch.measures.launch_costs import ratio
+from autoresearch.measures.launch_stats import Reading, geometric_cost
 from autoresearch.measures.objectives import DECODE_RATE
 from bench.metrics import Metric
 
@@ -31,10 +34,7 @@ class KindRow:
     # the median length of the baseline's own answers here (bench's warm-ups run to its end of
     # sequence); None in records made before bench kept it
     answer_tokens: float | None = None
-
-    @property
-    def ratio(self) -> float | None:
-        return self.champion / self.baseline if self.champion and self.baseline else None
+    ratio: float | None = None  # champion / baseline by the decision's estimator over the same launches
 
 
 @dataclass(frozen=True)
@@ -76,10 +76,11 @@ def read_decode_by_kind(db: ResultsDB, study_name: str, bench_plan: dict, baseli
     metrics = [m for k in base[-1].get("headline", {}) if (m := Metric.parse(k)).rate == DECODE_RATE]
     raw = {str(m): shares.get(m.kind, 1.0) for m in metrics}
     total = sum(raw.values()) or 1.0
-    rows = [KindRow(kind=m.kind, context=m.tokens, weight=raw[str(m)] / total, baseline=_median(base, "headline", str(m)),
-                    champion=_median(champ, "headline", str(m)) if champ else None,
+    rows = [KindRow(kind=m.kind, context=m.tokens, weight=raw[str(m)] / total, baseline=_rate(base, str(m)),
+                    champion=_rate(champ, str(m)),
                     acceptance=_median(champ, "acceptance", str(Metric.decode("spec_acceptance", m.tokens, m.kind))),
-                    answer_tokens=_median(base, "answers", str(Metric.decode("answer_tokens", m.tokens, m.kind))))
+                    answer_tokens=_median(base, "answers", str(Metric.decode("answer_tokens", m.tokens, m.kind))),
+                    ratio=_ratio(base, champ, str(m)))
             for m in metrics]
     label = (f"workload `{workload['name']}` (sha256 {workload['sha256'][:12]})" if workload
              else "bench's corpus (`--bench-workload corpus`)")
@@ -93,6 +94,21 @@ def _search(db: ResultsDB, study_name: str, trial: int | None) -> list[dict]:
         return []
     rows = [r["payload"] for r in db.measurements(study=study_name, kind="bench", trial=trial) if r["launch"] == 0]
     return rows[:1]
+
+
+def _costs(payloads: list[dict], key: str) -> list[float]:
+    """Each launch's seconds per token at this point (1 / its rate), as the estimator takes a launch's cost."""
+    return [1 / v for p in payloads if (v := (p.get("headline") or {}).get(key))]
+
+
+def _rate(payloads: list[dict], key: str) -> float | None:
+    costs = _costs(payloads, key)
+    return 1 / geometric_cost([Reading(c) for c in costs]) if costs else None
+
+
+def _ratio(base: list[dict], champ: list[dict], key: str) -> float | None:
+    verdict = ratio(_costs(base, key), _costs(champ, key))
+    return None if verdict is None else verdict.speedup
 
 
 def _median(payloads: list[dict], field: str, key: str) -> float | None:

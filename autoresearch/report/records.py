@@ -15,6 +15,7 @@ from autoresearch.ground.ranked_by import ENERGY_RANKED, GEOMEAN, RANKED_BY
 from autoresearch.measures.energy import EnergyReport
 from autoresearch.measures.request_time import RequestMix
 from autoresearch.report.per_kind import DecodeByKind
+from autoresearch.report.ratios import Ratios
 
 __all__ = ["Baseline", "Champion", "Confirmer", "FinalistLaunches", "Finalists", "FinalistRow", "FirstTrial",
            "FrontRow", "Measured", "MeasuredRow", "Point", "Provenance", "StudySnapshot", "TaskDecisionRow", "TaskTier", "TasksetRow",
@@ -42,6 +43,7 @@ class Champion:
     request_speedup: float | None = None
     decode_speedup: float | None = None
     prefill_speedup: float | None = None
+    parts_note: str | None = None  # why request time lies outside its parts' ratios, where it does
 
     @property
     def by_request_time(self) -> bool:
@@ -104,15 +106,17 @@ class FinalistRow:
     decode_speedup: float | None = None
     prefill_speedup: float | None = None
     launch_s: tuple[float, ...] = ()  # each counted launch's request time (s), what the ratios are made of
+    parts_note: str | None = None  # why request time lies outside its parts' ratios, where it does
 
 
 @dataclass(frozen=True)
 class FinalistLaunches:
     """A configuration's counted launches in one finalists' round, read from their records
-    (autoresearch.measures.launch_costs): each one's request time, and T(baseline) / T(it) from them by
-    judge_speed (None for the baseline, or without the baseline's launches)."""
+    (autoresearch.measures.launch_costs): each one's request time, and the request time's, decode's and
+    prefill's T(baseline) / T(it) from them by the one estimator (autoresearch.report.ratios; None for the
+    baseline, or without the baseline's launches)."""
     seconds: tuple[float, ...]
-    request_speedup: float | None
+    ratios: Ratios | None
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,10 @@ class Confirmer:
 class Finalists:
     rows: list[FinalistRow]
     confirmer: Confirmer | None
+
+    @property
+    def parts_notes(self) -> list[str]:
+        return [r.parts_note for r in self.rows if r.parts_note]
 
 
 @dataclass(frozen=True)

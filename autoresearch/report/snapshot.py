@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 
 import optuna
 
@@ -30,11 +29,13 @@ from autoresearch.ground.study import baseline_trial, feasible, is_baseline, tas
 from autoresearch.measures.energy import read_energy
 from autoresearch.measures.error_rates import ErrorRates
 from autoresearch.measures.faster import VerdictRule
-from autoresearch.measures.launch_costs import finalist_launches, ratio
+from autoresearch.measures.launch_costs import Launches, finalist_launches
 from autoresearch.measures.objectives import DECODE_RATE, PREFILL_RATE
+from autoresearch.measures.pool import baseline_payloads
 from autoresearch.measures.ranking import POOL_ATTR, Ranking
 from autoresearch.measures.request_time import RequestMix
 from autoresearch.report.per_kind import read_decode_by_kind
+from autoresearch.report.ratios import LaunchCosts, Ratios, ratios
 from autoresearch.report.records import (
     Baseline,
     Champion,
@@ -152,22 +153,20 @@ def _finalist_row(f: dict, launches: dict[tuple[int, int], FinalistLaunches]) ->
     decision = v.get("reason", "not confirmed faster")  # with autoresearch.measures.faster's interval, where it was judged so
     if v.get("qualified"):  # an older row's reason named the points it was faster on
         decision = f"confirmed {decision}" if "speed" in v else "confirmed faster"
-    base = v.get("baseline_values") or v.get("baseline")  # older rows: "baseline"
-    request = v.get("speedup") if v.get("ranked_by") == RANKED_BY else mine.request_speedup if mine else None
+    if mine is not None and mine.ratios is not None:  # the three, from the same launches by the one estimator
+        r = mine.ratios
+        return FinalistRow(f["round"], f["trial"], f["decode_tok_per_s"], f["prefill_tok_per_s"], v.get("speedup"),
+                           decision, r.request, r.decode, r.prefill, seconds, r.note)
+    # no launch records to take them from (a row stored before they were kept): the verdict's own numbers
+    request = v.get("speedup") if v.get("ranked_by") == RANKED_BY else None
     return FinalistRow(f["round"], f["trial"], f["decode_tok_per_s"], f["prefill_tok_per_s"], v.get("speedup"), decision,
-                       request, _ratio(f["decode_tok_per_s"], base[0] if base else None),
-                       _ratio(f["prefill_tok_per_s"], base[1] if base else None), seconds)
-
-
-def _ratio(x: float | None, base: float | None) -> float | None:
-    """x / base where both are measured speeds (NOT_MEASURED's -inf is none)."""
-    return x / base if x and base and x > 0 and base > 0 and math.isfinite(x) else None
+                       request, v.get("decode_speedup"), v.get("prefill_speedup"), seconds)
 
 
 def read_finalists(finals: list[dict], launches: dict[tuple[int, int], FinalistLaunches] | None = None) -> Finalists:
-    """`launches` by (round, trial): each launch's request time, and T(baseline) / T(finalist) from them by
-    the decision's estimator (autoresearch.measures.launch_costs), for rows whose verdict ranked by another
-    measure or was stored before a verdict's speed-up was the request time."""
+    """`launches` by (round, trial): each counted launch's request time, and the request time's, decode's and
+    prefill's T(baseline) / T(finalist) from them by the decision's estimator (autoresearch.report.ratios); a
+    row without launch records shows its verdict's own numbers."""
     confirmer = None
     if finals:
         last = [f["verdict"] for f in finals if f["round"] == finals[-1]["round"]]
@@ -196,18 +195,21 @@ def _read_champion(study: optuna.Study, base_cfg: dict, finalists: Finalists) ->
     if not champion:
         return None
     ranked_by = champion.get("ranked_by") or GEOMEAN
-    side = (champion["speedup"], champion.get("decode_speedup"), champion.get("prefill_speedup"))
+    row = next((r for r in reversed(finalists.rows) if r.trial == champion["trial"]
+                and champion.get("round") in (None, r.round)), None)
+    note = None
     if champion["is_baseline"]:
         side = (1.0, 1.0, 1.0)
-    elif ranked_by != RANKED_BY:  # chosen by the geometric mean: request time from its launches' records
-        row = next((r for r in reversed(finalists.rows) if r.trial == champion["trial"]
-                    and r.round == champion.get("round")), None)
-        side = (row.request_speedup, row.decode_speedup, row.prefill_speedup) if row else (None, None, None)
+    elif row is not None:  # its finalists' row: the three from the same launches by the one estimator
+        side, note = (row.request_speedup, row.decode_speedup, row.prefill_speedup), row.parts_note
+    else:
+        side = (champion["speedup"] if ranked_by == RANKED_BY else None, champion.get("decode_speedup"),
+                champion.get("prefill_speedup"))
     return Champion(trial=None if champion["is_baseline"] else champion["trial"],
                     decode=champion["decode_tok_per_s"], prefill=champion["prefill_tok_per_s"],
                     speedup=champion["speedup"], reason=champion["reason"],
                     changes=changed_knobs(champion["config"], base_cfg), ranked_by=ranked_by,
-                    request_speedup=side[0], decode_speedup=side[1], prefill_speedup=side[2])
+                    request_speedup=side[0], decode_speedup=side[1], prefill_speedup=side[2], parts_note=note)
 
 
 def _request_mix(study: optuna.Study, db: ResultsDB, study_name: str, baseline) -> RequestMix | None:
@@ -223,6 +225,38 @@ def _request_mix(study: optuna.Study, db: ResultsDB, study_name: str, baseline) 
         return None
 
 
+def _finalist_launches(db: ResultsDB, study_name: str, mix: RequestMix | None, baseline_trial: int | None,
+                       by_energy: bool) -> dict[tuple[int, int], FinalistLaunches]:
+    rows = db.measurements(study=study_name, kind="finalist_bench")
+    counted = finalist_launches(rows, mix, by_energy=by_energy)  # the launches the decision counted
+    if mix is None:  # no request time to count launches by: each fully measured launch
+        counted = {}
+        for r in rows:
+            counted.setdefault((r["payload"]["round"], r["payload"]["trial"]), []).append(r["payload"])
+        counted = {k: Launches(tuple(sorted(ps, key=lambda p: p.get("launch", 0))), ()) for k, ps in counted.items()}
+    costs = {key: LaunchCosts.of(mix, launches.payloads) for key, launches in counted.items()}
+    out = {}
+    for (round_, trial), mine in counted.items():
+        base = costs.get((round_, baseline_trial))
+        found = ratios(base, costs[(round_, trial)], label=f"trial {trial} (round {round_})") \
+            if base is not None and trial != baseline_trial else None
+        out[(round_, trial)] = FinalistLaunches(mine.seconds, found)
+    return out
+
+
+def _search_payloads(db: ResultsDB, study_name: str) -> dict[int, dict]:
+    return {r["trial"]: r["payload"] for r in db.measurements(study=study_name, kind="bench")
+            if r["launch"] == 0 and r["trial"] is not None}
+
+
+def _search_ratios(mix: RequestMix | None, searched: dict[int, dict], reference: list[dict], trial: int) -> Ratios:
+    """A trial's search launch against the baseline's launches pooled (`reference`: every one the study holds, as
+    the search ranks by them), by the one estimator."""
+    if not reference or trial not in searched:
+        return Ratios(None, None, None)
+    return ratios(LaunchCosts.of(mix, reference), LaunchCosts.of(mix, [searched[trial]]), label=f"trial {trial}")
+
+
 def _read_verdict(finals: list[dict]) -> Verdict | None:
     """The last round's rule, spread and error rates, as its baseline row stored them (None: no round, or one
     stored before the verdict pooled launches)."""
@@ -236,33 +270,6 @@ def _read_verdict(finals: list[dict]) -> Verdict | None:
                    sets=v.get("sets", 0), stopped=v.get("stopped", ""),
                    error_rates=ErrorRates.from_dict(rates).text() if rates else None,
                    why_none=noise.get("why_none"))
-
-
-def _request_speedup(mix: RequestMix | None, base: list[dict], other: list[dict]) -> float | None:
-    """T(baseline) / T(other) of search launches (`base`: the baseline's pooled rates, or its first launch; None
-    where either left a rate unmeasured)."""
-    if mix is None or not base or not other:
-        return None
-    try:
-        return mix.speedup(base[0], other[0])
-    except Unmeasured:
-        return None
-
-
-def _finalist_launches(db: ResultsDB, study_name: str, mix: RequestMix | None, baseline_trial: int | None,
-                       by_energy: bool) -> dict[tuple[int, int], FinalistLaunches]:
-    rounds = finalist_launches(db.measurements(study=study_name, kind="finalist_bench"), mix, by_energy=by_energy)
-    out = {}
-    for (round_, trial), mine in rounds.items():
-        base = rounds.get((round_, baseline_trial))
-        verdict = ratio(base.seconds, mine.seconds) if base and trial != baseline_trial else None
-        out[(round_, trial)] = FinalistLaunches(mine.seconds, verdict.speedup if verdict else None)
-    return out
-
-
-def _search_headlines(db: ResultsDB, study_name: str) -> dict[int, dict]:
-    return {r["trial"]: r["payload"].get("headline") or {} for r in db.measurements(study=study_name, kind="bench")
-            if r["launch"] == 0 and r["trial"] is not None}
 
 
 def _read_tasksets(db: ResultsDB, store: EvalStore, study_name: str, trial: int | None, run: str) -> list[TasksetRow]:
@@ -309,27 +316,21 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     baseline = baseline_trial(complete)
     base_cfg = baseline.user_attrs["config"] if baseline else {}
-    base_vals = tuple(baseline.values) if baseline else (None, None)
 
     mix = _request_mix(study, db, plan.study_name, baseline)
-    searched = _search_headlines(db, plan.study_name)
-    pool = study.user_attrs.get(POOL_ATTR)
-    if pool and pool.get("objectives"):  # every search ratio is against the baseline's launches pooled
-        base_vals = tuple(pool["objectives"])
-    base_search = [pool["rates"]] if pool and pool.get("rates") else \
+    searched = _search_payloads(db, plan.study_name)
+    pool = study.user_attrs.get(POOL_ATTR)  # the search's reference: every launch of the baseline (else its first)
+    reference = baseline_payloads(study, db, plan.study_name) if pool else \
         [searched[baseline.number]] if baseline and baseline.number in searched else []
-    front = [FrontRow(t.number, *(v := measured_values(t)), _ratio(v[0], base_vals[0]),
-                      _ratio(v[1], base_vals[1]), changed_knobs(t.user_attrs.get("config", {}), base_cfg),
-                      _request_speedup(mix, base_search, [searched[t.number]] if t.number in searched else []),
-                      tasks_pending(t))
+    front = [FrontRow(t.number, *measured_values(t), (r := _search_ratios(mix, searched, reference, t.number)).decode,
+                      r.prefill, changed_knobs(t.user_attrs.get("config", {}), base_cfg), r.request, tasks_pending(t))
              for t in feasible_front(study, with_pending=True)]
     front.sort(key=lambda r: (r.request_ratio is None, -(r.request_ratio or 0.0), -r.decode))
     first = [FirstTrial(t.number, "--enqueue" if t.user_attrs.get("enqueued") else "lever",
                         TrialOutcome.of(t) or t.state.name.lower(),
                         changed_knobs(t.user_attrs["config"], base_cfg) if "config" in t.user_attrs
                         else "not run yet",  # an enqueued trial still waiting has no config: not the baseline's
-                        _request_speedup(mix, base_search, [searched[t.number]] if t.number in searched else []),
-                        *(_ratio(v, b) for v, b in zip(speeds(t) or (None, None), base_vals, strict=True)))
+                        (r := _search_ratios(mix, searched, reference, t.number)).request, r.decode, r.prefill)
              for t in trials if (t.user_attrs.get("enqueued") or t.user_attrs.get("lever"))
              and TrialOutcome.of(t) is not TrialOutcome.DEFERRED]  # its re-enqueued copy measured it
     rejected = [(t.number, TrialOutcome.of(t), "; ".join(t.user_attrs.get("reasons", []))[:300].replace("|", "/"),

@@ -80,8 +80,8 @@ def record_request_time(trial: optuna.Trial, result: BenchResult, baseline: Benc
     rates = objective_rates(result)
     trial.set_user_attr(RATES, rates)
     mix = RequestMix.from_bench(baseline)
-    pooled = (pool or {}).get("rates")
-    trial.set_user_attr(REQUEST_SPEEDUP, mix.speedup(pooled or objective_rates(baseline), rates))
+    pooled = (pool or {}).get("request_s")  # each baseline launch's request time, their geometric mean
+    trial.set_user_attr(REQUEST_SPEEDUP, (pooled or mix.time_s(objective_rates(baseline))) / mix.time_s(rates))
     trial.set_user_attr("request_speedup_of", f"the baseline's {pool['launches']} launches pooled" if pooled
                         else "the baseline's first launch")
     record_energy(trial, result, mix)

@@ -8,7 +8,9 @@ Every exit records what was learned and why it stopped, as one `TrialOutcome` wr
 trial ends. A configuration that cannot fit, will not launch, or fails the gate is a COMPLETE trial
 with a violated constraint (samplers ignore FAIL trials, and would propose it again); one clearly
 slower than the gated front is PRUNED after its speed is stored, and so is a duplicate (the
-lowest-numbered trial of a configuration measures it). Programming errors propagate.
+lowest-numbered trial of a configuration measures it). An evaluator that breaks in the task tier (or a lazy
+baseline whose answers cannot be the reference) stops the loop: the trial is marked interrupted, its one
+decision row says why, and the next run judges it again. Programming errors propagate.
 
 The baseline trial is special: it is checked for feasibility like any trial, then runs the baseline
 protocol (autoresearch.trial.baseline_protocol: measured first; the fidelity reference and the suite's
@@ -31,7 +33,7 @@ from autoresearch.checks.drift import DriftWatch
 from autoresearch.checks.judging import JUDGED, PENDING, TierRunner
 from autoresearch.checks.readings import conditions
 from autoresearch.ground.db import ResultsDB
-from autoresearch.ground.errors import Unmeasured
+from autoresearch.ground.errors import BaselineFailed, Unmeasured
 from autoresearch.ground.outcome import TrialOutcome
 from autoresearch.ground.plan import RunPlan, worker_name
 from autoresearch.ground.study import CONSTRAINTS, OK, VIOLATED, is_baseline
@@ -209,11 +211,15 @@ class TrialRunner(BaselineProtocol):
             gate, _ = self.tier.judge(trial.study, trial=trial.number, label=self._label(trial, config),
                                       config=config, baseline=baseline, fidelity=fidelity, server=server,
                                       release=release)
-        except TasksetRunError:
-            if released or self._server_failure(server) is None:
-                raise  # the evaluator itself broke: stop and say so
         except LaunchError as exc:  # a server the tier launched did not start: the one decision row says so
             self._unjudged(trial, config, gate, baseline.label, f"{exc.reason}: {exc}")
+            raise
+        except (EvalError, BaselineFailed) as exc:
+            if not isinstance(exc, TasksetRunError) or released or self._server_failure(server) is None:
+                self._interrupted(trial, config, gate, baseline.label, f"{type(exc).__name__}: {exc}")
+                raise  # the evaluator broke (or the lazy baseline cannot be the reference): stop and say so
+        except KeyboardInterrupt:
+            self._interrupted(trial, config, gate, baseline.label, "Ctrl-C")
             raise
         failure = None if released else self._server_failure(server)
         if failure:  # the suite's requests died with the server: not the model's answers
@@ -229,6 +235,14 @@ class TrialRunner(BaselineProtocol):
                               candidate_label=self._label(trial, config), baseline_label=baseline_label,
                               policy=self.plan.gate_policy, stage="tasks", reason=reason, fidelity=gate.decision.fidelity)
         trial.set_user_attr("gate_decision_id", row.decision_id)
+
+    def _interrupted(self, trial, config: ServingConfig, gate, baseline_label: str, why: str) -> None:
+        """The task tier stopped for a reason that is not the candidate's (its evaluator, the lazy baseline, a
+        Ctrl-C): the trial's one decision row says so, and it is retried as an interrupted one
+        (autoresearch.ground.study.retry_interrupted): the next run judges the configuration again."""
+        log.error("trial %d is interrupted in its task tier (%s): the next run judges it again", trial.number, why)
+        self._unjudged(trial, config, gate, baseline_label, f"interrupted ({why}); the next run judges it again")
+        trial.set_user_attr("interrupted_in", trial.number)
 
     def _fidelity_gate(self, trial, config: ServingConfig, baseline: BaselineEvidence, fidelity,
                        *, tiers_follow: bool):

@@ -99,3 +99,95 @@ def test_a_pending_finalist_whose_task_tier_cannot_run_has_its_passing_fidelity_
     assert not verdict["passed"] and verdict["decision_id"] == row["id"] == before["id"]
     assert not row["passed"] and row["failed_stage"] == "tasks"
     assert row["reasons"] == ["tasks could not be judged: ServerCrashed: the finalist's server exited with -11"]
+
+
+class _Judges:
+    """The tier's seam, working again: the fidelity verdict as the candidate's one row (what a suite that
+    passed adds to it is eval's, tested there)."""
+
+    def __init__(self, env: StageEnv):
+        self.env = env
+
+    def judge(self, study, *, trial, label, config, baseline, fidelity, **_):
+        from eval import gate_candidate
+
+        env = self.env
+        return gate_candidate(env.store, model_manifest_hash=env.plan.model.manifest_hash, candidate_label=label,
+                              baseline_label=baseline.label, policy=env.plan.gate_policy,
+                              floor=baseline.fidelity_floor, candidate_fidelity=fidelity), None
+
+
+@pytest.mark.parametrize("fails", ["a taskset run errs, the server alive", "a taskset run errs after the release",
+                                   "the lazy baseline cannot be measured", "Ctrl-C"])
+def test_an_evaluator_failure_interrupts_the_trial_and_the_next_run_judges_it(tmp_path, small_model, monkeypatch,
+                                                                                fails):
+    """Before: the error ended the trial FAIL with no decision row and no mark, so no resume retried it."""
+    from autoresearch.ground.errors import BaselineUnmeasured
+    from autoresearch.ground.study import retry_interrupted
+
+    env = StageEnv.make(tmp_path, small_model, task_tier_scope="every")
+    FakeLauncher().install(monkeypatch)
+    _lossless_fidelity(monkeypatch)
+    env.baseline_done()
+    error = {"a taskset run errs, the server alive": TasksetRunError("verifiers' rg-math worker exited 1"),
+             "a taskset run errs after the release": TasksetRunError("verifiers' rg-math worker exited 1"),
+             "the lazy baseline cannot be measured": BaselineUnmeasured(
+                 "the baseline's answers cannot be the reference: 3 failed episodes", constraint="tasks",
+                 outcome="baseline_tasks_invalid"),
+             "Ctrl-C": KeyboardInterrupt()}[fails]
+    env.runner.tier = _Tier(error, release=fails.endswith("after the release"))
+
+    with pytest.raises(type(error)):  # the loop stops and says why
+        env.run(CHANGE)
+
+    [interrupted] = env.study.get_trials(deepcopy=False)[-1:]
+    assert interrupted.state.name == "FAIL" and interrupted.user_attrs["interrupted_in"] == interrupted.number
+    [row] = _rows(env, interrupted)  # one row, saying why it was not judged
+    assert not row["passed"] and row["failed_stage"] == "tasks" and row["evidence"]["fidelity"]["passed"]
+    assert "interrupted" in row["reasons"][0] and "the next run judges it again" in row["reasons"][0]
+    assert interrupted.user_attrs["gate_decision_id"] == row["id"]
+
+    assert retry_interrupted(env.study) == [interrupted.number]  # what the next run does first
+    env.runner.tier = _Judges(env)
+    env.study.optimize(env.runner, n_trials=1, catch=())
+    retried = env.study.get_trials(deepcopy=False)[-1]
+    assert retried.number != interrupted.number and retried.params == interrupted.params
+    assert retried.user_attrs["outcome"] == "passed"
+    [judged] = _rows(env, retried)
+    assert judged["passed"] and retried.user_attrs["gate_decision_id"] == judged["id"]
+
+
+def test_a_finalist_whose_smoke_run_completes_is_recorded_as_judging_nothing(tmp_path, small_model, monkeypatch):
+    """Before: its trial's reasons read "task tier passed (judged by the finalists' stage)" while RESULTS.md said,
+    rightly, that a smoke task tier judged nothing."""
+    import datetime
+
+    from autoresearch.checks.judging import SMOKE_RUN
+    from autoresearch.report.results_md import render_section
+    from eval import GatePolicy, TaskPolicy, gate_candidate
+
+    env = StageEnv.make(tmp_path, small_model, suite="offline", gate_policy=GatePolicy(tasks=TaskPolicy(mode="smoke")))
+    FakeLauncher().install(monkeypatch)
+    _lossless_fidelity(monkeypatch)
+    env.baseline_done()
+    env.runner.tier = SimpleNamespace()  # pending: judged by the finalists' stage
+    trial = env.run(CHANGE)
+
+    def smoke_run_completes(study, *, trial, label, config, baseline, fidelity, replace_id, **_):
+        gate = gate_candidate(env.store, model_manifest_hash=env.plan.model.manifest_hash, candidate_label=label,
+                              baseline_label=baseline.label, policy=env.plan.gate_policy, floor=baseline.fidelity_floor,
+                              candidate_fidelity=fidelity, replace_id=replace_id)
+        return gate, SimpleNamespace(verdicts=(), baseline_answered={}, candidate_answered={})
+
+    runner = object.__new__(TierRunner)  # the real runner's judging, its smoke run's answers not what is tested
+    runner.plan, runner.store, runner.db, runner.judge = env.plan, env.store, env.db, smoke_run_completes
+    verdict = runner.judge_pending(env.study, env.study.trials[trial.number])
+
+    stored = env.study.trials[trial.number].user_attrs
+    assert verdict["passed"] and stored["outcome"] == "passed" and stored["reasons"][-1] == SMOKE_RUN
+    assert not any("task tier passed" in r for r in stored["reasons"])
+    header = render_section("header", SimpleNamespace(
+        plan=env.plan, generated=datetime.datetime(2026, 12, 4), stopped=None, ranking="request time", mix=None,
+        suite_concurrency=None, fidelity_gate={"noise_factor": 3, "min_floor_kl_mean": 1e-4, "min_floor_kl_p99": 1e-3,
+                                               "min_floor_top1_disagreement": 0.002}))
+    assert "judged nothing" in header and "nothing judged" in SMOKE_RUN  # the store and the prose agree

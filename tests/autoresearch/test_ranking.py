@@ -142,8 +142,7 @@ def test_a_measured_trial_stores_its_rates_and_request_time_speed_up_for_the_das
     assert trial.user_attrs["request_speedup"] == pytest.approx(expected)
     assert trial.user_attrs["request_speedup_of"] == "the baseline's first launch"
     # against the baseline's launches pooled (its first read prefill 2x what its later ones did: a warm-up)
-    pool = {"rates": {"decode_tok_per_s_client@1024/math": 40.0, "prefill_tok_per_s_server@8192": 500.0},
-            "launches": 5}
+    pool = {"request_s": prompt / 500.0 + answer / 40.0, "launches": 5}  # their request times' geometric mean
     record_request_time(trial, faster, base, pool)
     expected = (prompt / 500.0 + answer / 40.0) / (prompt / 2000.0 + answer / 44.0)
     assert trial.user_attrs["request_speedup"] == pytest.approx(expected)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import optuna
+import pytest
 
 from autoresearch.ground.db import ResultsDB
+from autoresearch.report.ratios import Ratios
 from autoresearch.report.records import FinalistLaunches
 from autoresearch.report.results_md import render_section
 from autoresearch.report.snapshot import read_finalists, read_measured, read_task_tier
@@ -59,8 +62,10 @@ def test_the_finalists_table_shows_request_time_decode_and_prefill_side_by_side(
          "verdict": {"qualified": False, "speedup": 0.9, "baseline": [56.17, 5553.5]}},
         {"round": 1, "trial": 0, "decode_tok_per_s": 56.17, "prefill_tok_per_s": 5553.5, "verdict": {"baseline": True}},
     ]
-    # the older row's stored 0.9 is a geometric mean: its request time comes from its launches' records
-    launches = {(1, 5): FinalistLaunches((2.25, 2.3), 0.887), (1, 3): FinalistLaunches((1.97,), 9.9),
+    # each row's three ratios come from its launches' records by the one estimator (autoresearch.report.ratios),
+    # the older row's (its stored 0.9 is a geometric mean) as well
+    launches = {(1, 5): FinalistLaunches((2.25, 2.3), Ratios(0.887, 0.890, 0.900)),
+                (1, 3): FinalistLaunches((1.97,), Ratios(1.021, 1.016, 1.068)),
                 (1, 0): FinalistLaunches((2.0, 2.04), None)}
     rows = render_section("finalists_table", read_finalists(finals, launches)).splitlines()[-3:]
     assert rows[0] == "| 1 | 3 | 57.08 | 5,928.5 | 1.021x | 1.970 | 1.016x | 1.068x | confirmed faster |"
@@ -104,7 +109,7 @@ def test_the_task_tier_reports_every_paired_test_with_its_power(tmp_path):
     assert row in text
     smoke = dataclasses.replace(plan.gate_policy, tasks=TaskPolicy(mode="smoke"))
     smoke_plan = SimpleNamespace(**{**vars(plan), "gate_policy": smoke})
-    assert "nothing was judged" in render_section("task_tier", read_task_tier(smoke_plan, store))
+    assert "no paired test ran" in render_section("task_tier", read_task_tier(smoke_plan, store))
 
 
 def test_the_guard_states_what_each_taskset_can_detect_and_never_merges_or_accepts(tmp_path):
@@ -159,7 +164,9 @@ def test_decode_per_kind_shows_each_point_its_weight_and_the_champions_acceptanc
     view = read_decode_by_kind(db, "s", plan, baseline_trial=0, champion_trial=4)
     assert "round 1 (2 baseline, 2 champion)" in view.source and "suite-offline" in view.workload
     rows = {r.kind: r for r in view.rows}
-    assert rows["rg-math"].weight == 0.75 and rows["rg-math"].baseline == 300.5 and rows["rg-math"].champion == 455.0
+    # each side's geometric mean over its launches, as the decision takes its estimator
+    assert rows["rg-math"].weight == 0.75 and rows["rg-math"].baseline == pytest.approx(math.sqrt(300 * 301)) and \
+        rows["rg-math"].champion == pytest.approx(math.sqrt(450 * 460))
     assert rows["rg-logic"].ratio < 1, "a champion slower on one kind shows it"
     lines = render_section("decode_by_kind", view).splitlines()
     assert "| rg-math | 1024 | 0.75 | 300.5 | 455.0 | 1.514x | 30% | 128 |" in lines

@@ -76,6 +76,33 @@ def test_a_configuration_that_cannot_fit_is_never_launched(tmp_path, small_model
     assert trial.constraints.keys() == {"fits"} and trial.constraints["fits"] > 0  # only what was measured
 
 
+def test_the_calibrated_memory_model_refuses_what_the_kv_cache_s_growth_does_not_fit(tmp_path, monkeypatch):
+    """Issue 47's observations, shifted to this configuration's prediction P (P - 6 -> P - 6.5, P - 5 -> P - 6.1,
+    P - 3 -> P - 5.3 GiB: 20 -> 19.5, 21 -> 19.9, 23 -> 20.7 with P = 26) and --vram P - 1 GiB (25GiB). Before:
+    calibrated to P - 1.7 GiB, under the usable P - 1.5, it was launched."""
+    from autoresearch.ground.model_source import ResolvedModel
+    from search_space import MemoryModel, config_from_params, read_model_info
+    from serving.synthetic.exl3 import QWEN38_27B, write_exl3_checkpoint
+
+    path = write_exl3_checkpoint(tmp_path / "q27", QWEN38_27B, sparse=True)  # the 27B's shapes, headers only
+    model = ResolvedModel(path=path, name="q27-sparse", manifest_hash="7" * 64, manifest_path=path / "manifest.json",
+                          source=str(path))
+    (tmp_path / "probe").mkdir()
+    probe = StageEnv.make(tmp_path / "probe", model)  # for this configuration's prediction
+    predicted = MemoryModel(read_model_info(model.path)).estimate(
+        config_from_params(probe.space, probe.params(FAST_CHUNK))).peak_bytes
+    env = StageEnv.make(tmp_path, model, vram_bytes=predicted - GIB)
+    for below, measured_below in ((6, 6.5), (5, 6.1), (3, 5.3)):
+        env.db.add_measurement(study="stages", trial=0, kind="memory", config_digest="earlier", payload={
+            "predicted_peak_bytes": predicted - below * GIB, "measured_peak_bytes": int(predicted - measured_below * GIB)})
+    launcher = FakeLauncher().install(monkeypatch)
+    env.baseline_done()
+    trial = env.run(FAST_CHUNK)
+    assert TrialOutcome.of(trial) is TrialOutcome.INFEASIBLE and launcher.launches == []
+    assert trial.user_attrs["predicted_peak_calibrated_bytes"] >= predicted - GIB // 2  # the model's growth, at least
+    assert "exceeds the usable" in trial.user_attrs["reasons"][0]
+
+
 def test_a_launch_failure_is_a_completed_trial_with_its_reason(env, monkeypatch):
     oom = OutOfMemoryAtLoad("CUDA out of memory while loading", log_tail="torch.OutOfMemoryError: ...")
     FakeLauncher(fails={env.digest(FAST_CHUNK): oom}).install(monkeypatch)

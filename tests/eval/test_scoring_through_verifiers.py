@@ -28,11 +28,13 @@ pytestmark = pytest.mark.slow
 
 
 class ScriptedChatServer:
-    """Answers each user prompt with a scripted reply; records request bodies."""
+    """Answers each user prompt with a scripted reply; records request bodies. `delays_s`: a prompt's own delay in
+    place of `delay_s` (slow answers finish out of order)."""
 
-    def __init__(self, replies: dict[str, str], delay_s: float = 0.0):
+    def __init__(self, replies: dict[str, str], delay_s: float = 0.0, delays_s: dict[str, float] | None = None):
         self.replies = replies
         self.delay_s = delay_s
+        self.delays_s = delays_s or {}
         self.bodies: list[dict] = []
         outer = self
 
@@ -42,7 +44,7 @@ class ScriptedChatServer:
                 outer.bodies.append(body)
                 prompt = body["messages"][-1]["content"]
                 reply = outer.replies.get(prompt, "I do not know.")
-                time.sleep(outer.delay_s)
+                time.sleep(outer.delays_s.get(prompt, outer.delay_s))
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
@@ -70,6 +72,8 @@ class ScriptedChatServer:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        # a reply still sleeping for a client that went away is waited for neither by close() nor at exit
+        self.server.block_on_close, self.server.daemon_threads = False, True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

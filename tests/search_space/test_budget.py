@@ -11,7 +11,7 @@ from search_space.budget import (
 )
 from search_space.calibration import Calibration, MemoryObservation
 from search_space.errors import BudgetError, DoesNotFit
-from search_space.memory import MemoryModel
+from search_space.memory import MemoryEstimate, MemoryModel
 from search_space.model_info import read_model_info
 from serving.config import ServingConfig
 
@@ -56,7 +56,7 @@ def test_a_full_context_fp16_cache_does_not_fit_a_3090_but_a_4_bit_one_does(memo
     assert not fp16.fits and fp16.excess_bytes > 0
     with pytest.raises(DoesNotFit, match="exceeds the usable") as exc:
         require_fit(fp16.estimate, RTX_3090)
-    assert exc.value.check.excess_bytes == fp16.excess_bytes
+    assert exc.value.excess_bytes == fp16.excess_bytes
     q4 = _config(cache_tokens=262144, cache_slots=1, cache_kind="quant", cache_k_bits=4, cache_v_bits=4)
     assert check_fit(memory.estimate(q4), RTX_3090).fits  # reported: a single 3090 at 262144 with Q4
 
@@ -109,3 +109,31 @@ def test_an_absurd_slope_is_bounded_and_the_offset_still_covers_every_observatio
 def test_observations_must_be_positive():
     with pytest.raises(ValueError, match="positive"):
         MemoryObservation(predicted_peak_bytes=0, measured_peak_bytes=GiB)
+
+
+def test_calibration_never_predicts_less_growth_than_the_model_where_it_is_exact():
+    """Issue 47's observations: peaks that grew slower than predicted (configurations that differ in a workspace
+    the model over-predicts) fit a slope under 1, which under-predicted the KV cache's growth, exact in the
+    model: a configuration predicted at 26 GiB (25.5 real) was calibrated to 24.3 and admitted under
+    --vram 25GiB. Before: this failed (24.3 GiB fits the usable 24.5)."""
+    seen = [(20.0, 19.5), (21.0, 19.9), (23.0, 20.7)]
+    calibration = Calibration.fit([MemoryObservation(predicted_peak_bytes=int(p * GiB),
+                                                     measured_peak_bytes=int(m * GiB)) for p, m in seen])
+    assert all(calibration.apply(int(p * GiB)) >= int(m * GiB) for p, m in seen)  # still covers each
+    for p, m in seen:  # from each observation, at least the model's own growth
+        assert calibration.apply(26 * GiB) >= int(m * GiB) + (26 - p) * GiB
+    bigger = MemoryEstimate(weights_bytes=26 * GiB, graph_statics_bytes=0, kv_cache_bytes=0, recurrent_state_bytes=0,
+                            draft_bytes=0, workspace_bytes=0)
+    check = check_fit(bigger, Budget(vram_bytes=parse_bytes("25GiB")), calibration)
+    assert not check.fits and check.predicted_peak_bytes >= 25.5 * GiB
+    with pytest.raises(DoesNotFit):
+        require_fit(bigger, Budget(vram_bytes=parse_bytes("25GiB")), calibration)
+
+
+def test_a_steep_fit_does_not_under_predict_below_the_observations_either():
+    """A slope over 1 extrapolated down under-predicts what the model's growth gives from the smallest one."""
+    seen = [(20.0, 20.0), (22.0, 23.2), (24.0, 26.4)]
+    calibration = Calibration.fit([MemoryObservation(predicted_peak_bytes=int(p * GiB),
+                                                     measured_peak_bytes=int(m * GiB)) for p, m in seen])
+    assert calibration.factor == 1.5  # 1.6, bounded
+    assert calibration.apply(16 * GiB) >= 20 * GiB - 4 * GiB  # 20 GiB measured, 4 GiB less predicted (14.4 before)

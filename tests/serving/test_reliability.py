@@ -234,9 +234,10 @@ class _DyingEngine(Engine):
 def test_a_dead_worker_fails_its_jobs_and_health_says_why(tiny_model_dir):
     from fastapi.testclient import TestClient
 
-    from serving.app import ServerState, create_app
+    from serving.app import create_app
     from serving.chat_template import ChatTemplate
     from serving.config import ServingConfig
+    from serving.state import ServerState
     from serving.textcodec import TextCodec
 
     engine = _DyingEngine(TextCodec(tiny_model_dir))

@@ -41,15 +41,25 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autoresearch.ground.stages import FINALISTS, MINIMAL_GATE, MINIMIZE, REPORT, SEARCH, TASKS
+from autoresearch.ground.stages import (
+    BASELINE_ANSWERS,
+    FINALISTS,
+    MINIMAL_GATE,
+    MINIMIZE,
+    REPORT,
+    SEARCH,
+    TABBYAPI_GATE,
+    TASKS,
+)
 from autoresearch.night.rates import BASELINE_STAGES, CHEAP_STAGES, UNKNOWN_TASKS, Rates
 from eval.decision import TaskPolicy
 from eval.sequential import SequentialDesign
 from eval.walks import longest_walk_past, lookahead, quiet_walk, walk_survival
 
-__all__ = ["SCOPES", "Forecast", "baseline_relaunches", "plan_night"]
+__all__ = ["MINIMIZE_SHARE", "SCOPES", "Forecast", "baseline_relaunches", "plan_night"]
 
 SCOPES = ("finalists", "every")
+MINIMIZE_SHARE = 0.25  # of --hours: the most the search keeps for the minimization and its gates (the policy)
 
 
 
@@ -78,6 +88,7 @@ class TasksetPlan:
     truncated_share: float
     task_s: float
     call_s: float = 0.0
+    first_s: float = 0.0  # the baseline's first answers on it, in its own trial
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,51 +111,117 @@ class Forecast:
     walk_basis: str = ""  # where the walk lengths come from, printed
     minimize_launches: float = 0.0  # the minimization's launches, each change tried once (0: none)
     minimization_s: float = 0.0
-    minimize_kept: float = 0.0  # its launches kept in reserve: its ranking round and one attempt
+    minimize_least: float = 0.0  # its ranking round and one attempt: the least that minimizes anything
+    minimize_kept: float = 0.0  # its launches the search keeps (the policy: none on a night too short)
     minimization_kept_s: float = 0.0
     minimal_gate_s: float = 0.0  # the minimal champion's launch, fidelity and judgment
+    tabbyapi_gate_s: float = 0.0  # the TabbyAPI subset's, alike (exllamav3: where TabbyAPI cannot run it whole)
     report_s: float = 0.0
 
     @property
     def search_s(self) -> float:
         return self.baseline_s + self.trials * self.trial_s
 
+    @property
+    def gates_s(self) -> float:
+        """The gates a minimization that ran must be followed by."""
+        return self.minimal_gate_s + self.tabbyapi_gate_s
+
+    @property
+    def minimization_least_s(self) -> float:
+        """The least minimization with its gates: what the policy compares with its share of the night."""
+        return self.minimize_least * (self.minimization_s / self.minimize_launches) + self.gates_s \
+            if self.minimize_launches else 0.0
+
+    @property
+    def minimization_kept(self) -> bool:
+        return bool(self.minimize_kept)
+
     def after_search(self) -> dict[str, float]:
-        """Seconds of each stage after the search, by the names the loop and the display use
-        (autoresearch.night.clock): what each is expected to take, the minimization whole."""
+        """Seconds of each stage after the search where it runs, by the names the loop and the display use
+        (autoresearch.night.clock): the finalists' launches at their least, one judgment, the minimization whole
+        and its gates, the report."""
         return {FINALISTS: self.finalists_s, TASKS: self.judgment_s if self.scope == "finalists" else 0.0,
-                MINIMIZE: self.minimization_s, MINIMAL_GATE: self.minimal_gate_s, REPORT: self.report_s}
+                MINIMIZE: self.minimization_s, MINIMAL_GATE: self.minimal_gate_s,
+                TABBYAPI_GATE: self.tabbyapi_gate_s, REPORT: self.report_s}
 
     def reserve(self) -> dict[str, float]:
-        """after_search() with the minimization at what is kept for it: what the loop keeps before it starts a
-        trial (the minimization then takes what the deadline leaves, up to whole)."""
-        return self.after_search() | {MINIMIZE: self.minimization_kept_s}
+        """What the search keeps for the stages after it (the loop's reserve, autoresearch.night.clock): what a
+        champion needs, and the minimization with its gates only where the policy keeps it (MINIMIZE_SHARE); a run
+        bounded by --trials alone keeps every stage whole."""
+        after = self.after_search()
+        if self.bound:
+            return after
+        kept = self.minimization_kept
+        return after | {MINIMIZE: self.minimization_kept_s, MINIMAL_GATE: after[MINIMAL_GATE] if kept else 0.0,
+                        TABBYAPI_GATE: after[TABBYAPI_GATE] if kept else 0.0}
 
     @property
     def fits(self) -> bool:
         return not self.problems
 
     @property
+    def need_s(self) -> float:
+        """The whole run as planned: the search and what it keeps for the stages after it."""
+        return self.search_s + sum(self.reserve().values())
+
+    @property
     def total_s(self) -> float:
-        """The whole run; under --hours the minimization takes at most what the deadline leaves."""
-        total = self.search_s + sum(self.after_search().values())
-        return total if self.bound else min(total, max(self.hours * 3600, self.search_s + sum(self.reserve().values())))
+        """The whole run; under --hours it ends by the deadline (what does not fit is cut or refused: CANNOT)."""
+        return self.need_s if self.bound else min(self.need_s, self.hours * 3600.0)
+
+    def schedule(self) -> dict[str, float]:
+        """The search and each stage after it as planned, in the order they run, each at most what the night has
+        left when it starts (under --hours): the first plan the night as run is held against."""
+        left = math.inf if self.bound else self.hours * 3600.0
+        out = {}
+        for name, seconds in {SEARCH: self.search_s, **self.reserve()}.items():
+            out[name] = min(seconds, max(left, 0.0))
+            left -= out[name]
+        return out
 
     def stage_s(self) -> dict[str, float]:
         """Expected seconds of each stage as the progress display names it: a candidate's stages (TASKS: one
-        judgment), the search and each stage after it."""
+        judgment), the baseline's first answers, the search and each stage after it."""
         out = {name: getattr(self.rates, f"{name}_s") for name in CHEAP_STAGES}
         out |= {alias: out[name] for name, aliases in BASELINE_STAGES.items() for alias in aliases}  # the baseline's
         out |= {"reference": self.rates.fidelity_s, "feasibility": 0.0, "waiting for the baseline": 0.0}
+        out[BASELINE_ANSWERS] = self.baseline_answers_s
         if self.judgments:
             out[TASKS] = self.judgment_s / self.judgments
         out |= {name: s for name, s in self.after_search().items() if name != TASKS}
         out[SEARCH] = self.search_s
         return out
 
+    @property
+    def baseline_answers_s(self) -> float:
+        """The baseline's first answers, in its own trial: one call per taskset."""
+        return sum(t.first_s for t in self.tasksets)
+
     def expected_s(self, name: str) -> float | None:
         """The progress display's forecast hook (autoresearch.night.progress): a stage's seconds, or "trial"'s."""
         return self.trial_s if name == "trial" else self.stage_s().get(name)
+
+    def policy(self) -> str:
+        """How the night splits its time between more candidates and a minimization, said with the plan."""
+        return (f"the search keeps only what a champion needs (the finalists' launches, one judgment, the report); "
+                f"the minimization and its gates are kept only where their least fits in {MINIMIZE_SHARE:.0%} of "
+                "--hours, and then up to that share; otherwise they take what the search leaves, and a night that "
+                "leaves too little exports the confirmed champion, not minimized")
+
+    def _minimization_line(self) -> str:
+        h = _hours
+        gates = f"its gate {h(self.minimal_gate_s)}" + (
+            f", the TabbyAPI subset's gate {h(self.tabbyapi_gate_s)}" if self.tabbyapi_gate_s else "")
+        whole = f"{self.minimize_launches:.0f} launches, each change tried once"
+        if self.bound:
+            return f"minimization: {h(self.minimization_s)} ({whole}), {gates}"
+        if self.minimization_kept:
+            return (f"minimization: {h(self.minimization_kept_s)} kept for it ({self.minimize_kept:.0f} of its "
+                    f"{whole}; it also takes what the search leaves), {gates}")
+        return (f"minimization: not kept: its least ({self.minimize_least:.0f} launches, its ranking round and one "
+                f"attempt, with {gates}) takes {h(self.minimization_least_s)}, more than {MINIMIZE_SHARE:.0%} of "
+                f"--hours {self.hours:g}; it takes what the search leaves ({whole}: {h(self.minimization_s)})")
 
     def text(self) -> str:
         h = _hours
@@ -161,12 +238,13 @@ class Forecast:
                                    if self.scope == "finalists" and self.judgments else ")"))
         lines.append(f"  finalists' stage: {h(self.finalists_s)}")
         if self.minimize_launches:
-            lines.append(f"  minimization: up to {h(self.minimization_s)} ({self.minimize_launches:.0f} launches: each change "
-                         f"tried once), {h(self.minimization_kept_s)} kept for it ({self.minimize_kept:.0f} launches: its "
-                         f"ranking round and one attempt; it takes what the deadline leaves), its gate {h(self.minimal_gate_s)}")
+            lines.append(f"  {self._minimization_line()}")
         if self.report_s:
             lines.append(f"  report: {h(self.report_s)}")
-        lines.append(f"  total: {h(self.total_s)} of {h(self.hours * 3600)}")
+        over = f" (the stages above need {h(self.need_s)}: see CANNOT)" if self.total_s < self.need_s else ""
+        lines.append(f"  total: {h(self.total_s)} of {h(self.hours * 3600)}{over}")
+        if self.minimize_launches and not self.bound:
+            lines.append(f"  policy: {self.policy()}")
         lines.append("  per judged taskset: tasks, power at the claimed drop, tasks per judgment, baseline answers, "
                      "truncated answers, seconds per task" +
                      (", seconds to start each answering call" if any(t.call_s for t in self.rates.tasksets) else ""))
@@ -195,17 +273,23 @@ def _hours(seconds: float) -> str:
 
 def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int, finalist_launches: int,
                scope: str = "finalists", judging: bool = True, suggest: bool = True,
-               baseline_first: int = 0, minimize_launches: float = 0.0, minimize_kept: float | None = None,
-               report_s: float = 0.0) -> Forecast:
+               baseline_first: int = 0, minimize_launches: float = 0.0, minimize_least: float | None = None,
+               tabbyapi: bool = False, report_s: float = 0.0, bound: str | None = None) -> Forecast:
     """The plan; its problems name what the night cannot do, its advice what would. `baseline_first`: the
     tasks per taskset the baseline answers in its own trial (autoresearch.checks.task_tier.first_answers), before
     any judgment: only walks past them cost the baseline answers and a relaunch. `minimize_launches`: the
-    minimization's launches, each change tried once (0: no minimization, and no minimal gate), `minimize_kept` the
-    launches kept for it before a trial starts (default: all of them); `report_s`: one report's seconds.
+    minimization's launches, each change tried once (0: no minimization, and no minimal gate), `minimize_least`
+    its ranking round and one attempt (default: all of them), `tabbyapi` whether the TabbyAPI subset's gate may
+    follow it (the exllamav3 engine); `report_s`: one report's seconds. `bound`: what ends a run that --hours does
+    not (e.g. "--trials 6", `hours` its planned length): no deadline, every stage whole.
 
     Raises:
         ValueError: an unknown scope or non-positive hours.
     """
+    given = {"policy": policy, "hours": hours, "finalists": finalists, "finalist_launches": finalist_launches,
+             "scope": scope, "judging": judging, "baseline_first": baseline_first,
+             "minimize_launches": minimize_launches, "minimize_least": minimize_least, "tabbyapi": tabbyapi,
+             "report_s": report_s, "bound": bound}
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
     if not hours > 0:
@@ -234,7 +318,7 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
             out.append(TasksetPlan(name=t.name, tasks=n, tasks_known=t.tasks is not None,
                                    power=design.power_at(n) if judging else 0.0, walk_tasks=walk,
                                    baseline_tasks=baseline, truncated_share=t.truncated_share, task_s=t.task_s,
-                                   call_s=t.call_s))
+                                   call_s=t.call_s, first_s=first(n, t.name) * t.task_s + t.call_s))
         return out
 
     def judgment_cost(judged: int) -> float:
@@ -254,9 +338,9 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
 
     # the baseline's own answers, in its first launch: one call per taskset
     baseline_s += sum(first(t.tasks or UNKNOWN_TASKS, t.name) * t.task_s + t.call_s for t in r.tasksets)
-    minimization_s = minimize_launches * (r.launch_s + r.bench_s)
-    kept = minimize_launches if minimize_kept is None else min(minimize_kept, minimize_launches)
-    kept_s = kept * (r.launch_s + r.bench_s)
+    per_launch_s = r.launch_s + r.bench_s
+    minimization_s = minimize_launches * per_launch_s
+    least = minimize_launches if minimize_least is None else min(minimize_least, minimize_launches)
 
     def gate_s(judged: int) -> float:  # the minimal champion: a launch, fidelity, one judgment more
         if not minimize_launches:
@@ -268,35 +352,47 @@ def plan_night(rates: Rates, *, policy: TaskPolicy, hours: float, finalists: int
         judged = min(finalists, 1) if r.tasksets else 0
         judgment_s = judgment_cost(judged)
         trial_s = cheap_s
-        tail = kept_s + gate_s(judged) + report_s
-        left = budget - baseline_s - finalists_s - judgment_s - tail
-        trials = max(int(left // trial_s), 0)
+        gate = gate_s(judged)
     else:  # every candidate past fidelity: judged inside its trial (the baseline's answers grow with them)
         trial_s = cheap_s + judgment_cost(1)
-        tail = kept_s + gate_s(1) + report_s  # the gate's judgment: about one more candidate's
+        gate = gate_s(1)  # the gate's judgment: about one more candidate's
+    tabbyapi_gate = gate if tabbyapi else 0.0
+    kept = int(minimize_launches) if bound else _kept_launches(minimize_launches, least, per_launch_s,
+                                                                gate + tabbyapi_gate, budget)
+    tail = (kept * per_launch_s + gate + tabbyapi_gate if kept else 0.0) + report_s
+    if scope == "finalists":
+        trials = max(int((budget - baseline_s - finalists_s - judgment_s - tail) // trial_s), 0)
+    else:
         trials = max(int((budget - baseline_s - finalists_s - tail) // trial_s), 0)
         judged = trials if r.tasksets else 0
         judgment_s = judgment_cost(judged) if judged else 0.0
     plans = tasksets_for(max(judged, 1))
     problems = _taskset_problems(r, policy, plans) if judging else []
-    if judging:
-        fixed = baseline_s + finalists_s + (judgment_s if scope == "finalists" else 0.0) + tail
-        if scope == "finalists" and fixed + cheap_s * max(finalists, 1) > budget:
-            problems.append(f"the baseline, {judged} judged finalist(s), the finalists' stage" +
-                            (", the minimization and its gate" if minimize_launches else "") +
-                            f" take {_hours(fixed)}, leaving no time to search {max(finalists, 1)} candidate(s) in {hours:g} h")
-        if scope == "every" and trials < 1:
-            problems.append(f"one judged candidate takes {_hours(trial_s)}: none fits in {hours:g} h after the baseline")
-    advice = _advice(rates, policy, hours, finalists, finalist_launches, scope, baseline_first) \
-        if problems and suggest else ()
+    fixed = baseline_s + finalists_s + (judgment_s if scope == "finalists" else 0.0) + tail
+    if judging and scope == "finalists" and fixed + cheap_s * max(finalists, 1) > budget:
+        problems.append(f"the baseline, {judged} judged finalist(s), the finalists' stage" +
+                        (", the minimization and its gates" if kept else "") +
+                        f" take {_hours(fixed)}, leaving no time to search {max(finalists, 1)} candidate(s) in {hours:g} h")
+    if judging and scope == "every" and trials < 1:
+        problems.append(f"one judged candidate takes {_hours(trial_s)}: none fits in {hours:g} h after the baseline")
+    advice = _advice(rates, given, bool(_truncating(r, policy))) if problems and suggest and not bound else ()
     basis = _walk_basis(r, design, plans) if judging and r.tasksets else ""
     return Forecast(hours=hours, scope=scope, rates=rates, baseline_s=baseline_s, trial_s=trial_s, trials=trials,
                     judgments=judged, judgment_s=judgment_s,  # smoke and guard answer every task: they cost too
                     finalists_s=finalists_s, tasksets=tuple(plans), claimed_power=policy.power,
-                    problems=tuple(problems), advice=tuple(advice), judging=judging, walk_basis=basis,
-                    minimize_launches=minimize_launches, minimization_s=minimization_s, minimize_kept=kept,
-                    minimization_kept_s=kept_s,
-                    minimal_gate_s=gate_s(judged if scope == "finalists" else 1), report_s=report_s)
+                    problems=tuple(problems), advice=tuple(advice), judging=judging, walk_basis=basis, bound=bound,
+                    minimize_launches=minimize_launches, minimization_s=minimization_s, minimize_least=least,
+                    minimize_kept=kept, minimization_kept_s=kept * per_launch_s, minimal_gate_s=gate,
+                    tabbyapi_gate_s=tabbyapi_gate, report_s=report_s)
+
+
+def _kept_launches(launches: float, least: float, per_launch_s: float, gates_s: float, budget_s: float) -> int:
+    """The policy: the minimization's launches the search keeps (beside its gates), where its least and its gates
+    fit in MINIMIZE_SHARE of the night, up to that share; none where they do not (it takes what the search leaves)."""
+    share = MINIMIZE_SHARE * budget_s - gates_s
+    if not launches or least * per_launch_s > share:
+        return 0
+    return min(int(share // per_launch_s), int(launches))
 
 
 def _taskset_problems(rates: Rates, policy: TaskPolicy, plans: Sequence[TasksetPlan]) -> list[str]:
@@ -337,42 +433,58 @@ def _budget(rates: Rates, name: str) -> int:
     return next(t.max_tokens for t in rates.tasksets if t.name == name)
 
 
-def _advice(rates: Rates, policy: TaskPolicy, hours: float, finalists: int, launches: int, scope: str,
-            baseline_first: int) -> list[str]:
-    """What would make the claim: more hours, a larger budget, fewer tasks, or a weaker claim."""
-    out: list[str] = []
+def _truncating(rates: Rates, policy: TaskPolicy) -> list[str]:
+    """The tasksets whose answers would hit the token budget too often: more hours do not help them."""
+    return [t.name for t in rates.tasksets if t.truncated_share > policy.max_truncated_share]
 
-    def fits(r: Rates = rates, p: TaskPolicy = policy, h: float = hours) -> bool:
-        return plan_night(r, policy=p, hours=h, finalists=finalists, finalist_launches=launches, scope=scope,
-                          suggest=False, baseline_first=baseline_first).fits
 
-    truncating = [t for t in rates.tasksets if t.truncated_share > policy.max_truncated_share]
+def _advice(rates: Rates, given: dict, truncating: bool) -> list[str]:
+    """What would make the claim: more hours (the least that fits, re-planned), a weaker claim, fewer tasks, fewer
+    finalists; each re-planned with everything else as `given`."""
+    policy, hours, finalists = given["policy"], given["hours"], given["finalists"]
+
+    def fits(r: Rates = rates, **changes) -> bool:
+        return plan_night(r, **(given | changes), suggest=False).fits
+
     if truncating:
-        out.append("raise --suite-max-tokens so fewer answers hit the budget (the truncated share above assumes "
-                   "the stated answer length)")
-        return out
-    for h in (hours * f for f in (1.5, 2, 3, 4, 6, 8, 12)):
-        if fits(h=h):
-            out.append(f"--hours {math.ceil(h)} (the same claim)")
-            break
-    else:
-        out.append(f"more than {math.ceil(hours * 12)} hours for the same claim")
+        return ["raise --suite-max-tokens so fewer answers hit the budget (the truncated share above assumes "
+                "the stated answer length)"]
+    out: list[str] = []
+    more = _least_hours(lambda h: fits(hours=h), hours)
+    out.append(f"--hours {more:g} (the same claim)" if more is not None else
+               f"more than {_MOST_HOURS:g} hours for the same claim")
     for drop in (0.075, 0.10, 0.15, 0.20):
         if drop <= policy.min_drop or drop > policy.planned_discordance:
             continue
-        weaker = dataclasses.replace(policy, min_drop=drop)
-        if fits(p=weaker):
+        if fits(policy=dataclasses.replace(policy, min_drop=drop)):
             out.append(f"--task-min-drop {drop:g} (a weaker claim: a {drop * 100:g}-point drop, shorter walks)")
             break
     if len(rates.tasksets) > 1:
         for t in rates.tasksets:
             rest = dataclasses.replace(rates, tasksets=tuple(x for x in rates.tasksets if x is not t))
-            if fits(r=rest):
+            if fits(rest):
                 out.append(f"--suite-tasksets {','.join(x.name for x in rest.tasksets)} (fewer tasks: "
                            f"{t.name} not judged)")
                 break
-    if scope == "finalists" and finalists > 1 and plan_night(
-            rates, policy=policy, hours=hours, finalists=1, finalist_launches=launches, scope=scope,
-            suggest=False, baseline_first=baseline_first).fits:
+    if given["scope"] == "finalists" and finalists > 1 and fits(finalists=1):
         out.append("--finalists 1 (one judged candidate: the fastest one)")
     return out
+
+
+_STEP_HOURS = 0.25  # the advice's --hours: a multiple of a quarter hour
+_MOST_HOURS = 168.0  # a week: past it, more hours is no advice
+
+
+def _least_hours(fits, hours: float) -> float | None:
+    """The least multiple of _STEP_HOURS above `hours` where `fits(h)`, or None below _MOST_HOURS (doubling, then
+    halving the step: a plan that fits at H fits at more, its search only growing)."""
+    low = math.floor(hours / _STEP_HOURS)  # steps known not to fit (`hours` itself did not)
+    high = low + 1
+    while not fits(high * _STEP_HOURS):
+        if high * _STEP_HOURS >= _MOST_HOURS:
+            return None
+        low, high = high, min(2 * high, math.ceil(_MOST_HOURS / _STEP_HOURS))
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if fits(mid * _STEP_HOURS) else (mid, high)
+    return high * _STEP_HOURS

@@ -23,14 +23,21 @@ The arithmetic, all of it here:
 - the finalists' stage costs (finalists + 1) x finalist_launches x (launch + bench);
 - in the finalists' scope one judgment is planned: the fastest qualified finalist's (the next is judged only
   if it fails, and only where it fits: NightClock.may_judge);
-- the minimization costs its planned launches x (launch + bench) (autoresearch.night_plan: its ranking round
-  and one attempt, and the TabbyAPI subsets; it takes what the deadline leaves), and the minimal champion's gate a launch, fidelity and one
-  more judgment (the marginal cost of judging one candidate more); the report its measured seconds.
-The stages after the search are what the loop keeps in reserve before it starts a trial (autoresearch.night.clock).
+- the minimization costs its launches x (launch + bench) (autoresearch.night_plan: its ranking round and each
+  change tried once, and the TabbyAPI subsets'), and each gate that follows it (the minimal champion's, and with
+  the exllamav3 engine the TabbyAPI subset's) a launch, fidelity and one more judgment (the marginal cost of
+  judging one candidate more); the report its measured seconds.
+What the search keeps before it starts a trial (`Forecast.reserve`, the loop's reserve: autoresearch.night.clock)
+is what a champion needs: the finalists' stage, one judgment, the report. The policy (MINIMIZE_SHARE) adds the
+minimization and its gates only on a night where their least (its ranking round and one attempt, with the gates)
+fits in a quarter of --hours, and then up to that quarter; otherwise they take what the search leaves. The plan
+prints the policy and what it decided; its schedule (the first plan the night is held against) never passes
+--hours, and what does not fit is a problem of the plan (CANNOT), with the least --hours that fits.
 
 Usage:
     rates = stated_rates(suite, decode_tok_s=43, prefill_tok_s=700, answer_tokens=3000)   # autoresearch.night.rates
-    forecast = plan_night(rates, suite=suite, policy=TaskPolicy(), hours=8, finalists=2, finalist_launches=2)
+    forecast = plan_night(rates, policy=TaskPolicy(), hours=8, finalists=2, finalist_launches=2,
+                          minimize_launches=26, minimize_least=18, tabbyapi=True)
     print(forecast.text())
 """
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
+from autoresearch.champion.export import export_champion
 from autoresearch.ground.stages import FINALISTS, MINIMAL_GATE, MINIMIZE, TASKS
 from autoresearch.night.clock import AUTOSAVE_S, NIGHT_KEY
 from autoresearch.night.rates import stated_rates
@@ -121,6 +122,8 @@ def test_a_15_minute_night_at_the_real_runs_rates_searches_first_and_ends_by_the
     assert night["ended"] and MINIMIZE not in {row["stage"] for row in night["table"]}
     [cut] = [c for c in night["cuts"] if "not minimized" in c]
     assert cut in capsys.readouterr().out and cut in env.plan.results_md.read_text()
+    assert export_champion(env.plan, tmp_path / "champion.json") == 0
+    assert "(the confirmed champion; not minimized: the night was too short)" in capsys.readouterr().out
     assert night["total_first_s"] <= 0.25 * 3600  # the first plan plans no more than the night
 
 

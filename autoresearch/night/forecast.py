@@ -275,6 +275,8 @@ class Forecast:
 
 
 def _hours(seconds: float) -> str:
+    if seconds < 90:  # a 0.5B's candidate: "21 s", not "0 min"
+        return f"{seconds:.0f} s"
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
 
 

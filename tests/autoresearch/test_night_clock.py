@@ -121,7 +121,9 @@ def test_a_15_minute_night_at_the_real_runs_rates_searches_first_and_ends_by_the
     assert elapsed <= 0.25 * 3600
     assert night["ended"] and MINIMIZE not in {row["stage"] for row in night["table"]}
     [cut] = [c for c in night["cuts"] if "not minimized" in c]
-    assert cut in capsys.readouterr().out and cut in env.plan.results_md.read_text()
+    results = env.plan.results_md.read_text()
+    assert cut in capsys.readouterr().out and cut in results
+    assert "policy: the search keeps only what a champion needs" in results and "minimization: not kept" in results
     assert export_champion(env.plan, tmp_path / "champion.json") == 0
     assert "(the confirmed champion; not minimized: the night was too short)" in capsys.readouterr().out
     assert night["total_first_s"] <= 0.25 * 3600  # the first plan plans no more than the night

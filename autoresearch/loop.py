@@ -168,7 +168,7 @@ def _run(plan: RunPlan, space, concurrency: Concurrency | None = None) -> int:
     if stopped:
         log.warning("stopped %d server(s) left running by a killed loop", stopped)
     study = open_study(plan, space)
-    clock = NightClock(plan.hours, stored=study.user_attrs.get(NIGHT_KEY))
+    clock = NightClock(plan.hours, trials=plan.trials, stored=study.user_attrs.get(NIGHT_KEY))
     if clock.over:  # the same command after its night ended: nothing runs, its record stays
         log.info("%s", clock.ended_line())
         print(clock.ended_line())

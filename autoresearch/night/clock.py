@@ -102,14 +102,15 @@ class Ticker:
 class NightClock:
     """The deadline and the plan's seconds per stage; decides what may start and keeps the night as run."""
 
-    def __init__(self, hours: float | None, *, stored: dict | None = None,
+    def __init__(self, hours: float | None, *, trials: int | None = None, stored: dict | None = None,
                  clock: Callable[[], float] | None = None):
-        self.hours = hours
+        self.hours, self.trials = hours, trials
         self._clock = clock or time.monotonic  # looked up now, not at import: a test may script it
         self.started = self._clock()
-        # the same --hours goes on where it stopped, or, where that night ended, is over; another --hours is new
+        # the same --hours goes on where it stopped, or, where that night ended (and --trials asks no more), is
+        # over; another --hours (or, ended, another --trials) is a new night
         same = stored is not None and stored.get("hours") == hours
-        self.over = same and hours is not None and bool(stored.get("ended"))
+        self.over = same and hours is not None and bool(stored.get("ended")) and stored.get("trials") == trials
         self.stored = stored if self.over else None
         old = stored if same and not stored.get("ended") else {}
         self.spent_before = float(old.get("spent_s", 0.0))
@@ -251,7 +252,7 @@ class NightClock:
 
     def to_dict(self) -> dict:
         with self._lock:
-            return {"hours": self.hours, "spent_s": round(self.elapsed_s(), 3),
+            return {"hours": self.hours, "trials": self.trials, "spent_s": round(self.elapsed_s(), 3),
                     "rows": {k: dict(v) for k, v in self.rows.items()}, "cuts": list(self.cuts),
                     "search_stopped": self.search_stopped, "first_plan": self.first, "ended": self.ended,
                     "table": self.table(), "total_first_s": sum((self.first or {}).values()) or None}
@@ -279,5 +280,5 @@ class NightClock:
         """What the same command says when its night is over (`over`): its record is kept, nothing runs."""
         stored = self.stored or {}
         return (f"the night of --hours {self.hours:g} ended after {_dur(stored.get('spent_s') or 0.0)}: its record "
-                "is kept and nothing runs (RESULTS.md has it; `report` writes it again, another --hours starts a new "
-                "night)")
+                "is kept and nothing runs (RESULTS.md has it; `report` writes it again; another --hours or --trials "
+                "starts a new night)")

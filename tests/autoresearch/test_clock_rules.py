@@ -117,6 +117,7 @@ def test_a_night_that_ended_is_over_for_the_same_hours_only():
     again = NightClock(0.25, stored=stored)
     assert again.over and "ended after 14 min" in again.ended_line() and "kept" in again.ended_line()
     assert not NightClock(8.0, stored=stored).over  # another --hours: a new night
+    assert not NightClock(0.25, trials=40, stored=stored).over  # --trials asks for more: a new night
     assert not NightClock(None, stored=stored | {"hours": None}).over  # --trials alone: no night to be over
     unfinished = NightClock(0.25, stored=stored | {"ended": False})
     assert not unfinished.over and unfinished.spent_before == 850.0  # a killed night goes on

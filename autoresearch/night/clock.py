@@ -7,7 +7,7 @@ kept 7 minutes for minimizing a champion that did not exist yet, and searched no
 only what a champion needs (`reserve`, from autoresearch.night.forecast): the finalists' launches at their least,
 one task-tier judgment with the baseline's lazy answers it needs, and the report. The minimization and the gates
 that must follow it (the minimal champion's and the TabbyAPI subset's) are kept too only on a night long enough
-(the policy, forecast.MINIMIZE_SHARE: where their least fits in a quarter of --hours); otherwise they take what
+(the policy, forecast_record.MINIMIZE_SHARE: where their least fits in a quarter of --hours); otherwise they take what
 the search leaves, and a night that leaves too little exports the confirmed champion, not minimized, and says so.
 
 `stage_budget_s(stage)` is the one rule: the seconds a stage may spend now while keeping the reserve of the stages

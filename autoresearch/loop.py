@@ -27,7 +27,16 @@ from autoresearch.ground.preflight import preflight
 from autoresearch.ground.ranked_by import ENERGY_RANKED, RANKED_BY
 from autoresearch.ground.servers import reap_orphan_servers
 from autoresearch.ground.speeds import measured_values
-from autoresearch.ground.stages import FINALISTS, MINIMAL_GATE, MINIMIZE, REPORT, SEARCH, TASKS
+from autoresearch.ground.stages import (
+    BASELINE_ANSWERS,
+    FINALISTS,
+    MINIMAL_GATE,
+    MINIMIZE,
+    REPORT,
+    SEARCH,
+    TABBYAPI_GATE,
+    TASKS,
+)
 from autoresearch.ground.study import (
     COUNTED,
     baseline_trial,
@@ -40,6 +49,7 @@ from autoresearch.measures.faster import interval_text
 from autoresearch.measures.ranking import Ranking
 from autoresearch.night.clock import NIGHT_KEY, NightClock, tabbyapi_subset_launches
 from autoresearch.night.progress import Progress
+from autoresearch.night.rates import shape_of
 from autoresearch.night_plan import announce, night_forecast
 from autoresearch.report.results_md import write_report
 from autoresearch.trial.runner import TrialRunner
@@ -160,6 +170,11 @@ def _run(plan: RunPlan, space, concurrency: Concurrency | None = None) -> int:
     if stopped:
         log.warning("stopped %d server(s) left running by a killed loop", stopped)
     study = open_study(plan, space)
+    clock = NightClock(plan.hours, trials=plan.trials, stored=study.user_attrs.get(NIGHT_KEY))
+    if clock.over:  # the same command after its night ended: nothing runs, its record stays
+        log.info("%s", clock.ended_line())
+        print(clock.ended_line())
+        return 0
     if restored := store_unpassed_without_values(study):  # a study stored before NOT_MEASURED (the dashboard's best)
         log.info("trials %s did not pass: their speeds stay in their user attrs, their values are now NOT_MEASURED",
                  restored)
@@ -170,13 +185,15 @@ def _run(plan: RunPlan, space, concurrency: Concurrency | None = None) -> int:
         log.info("%s", concurrency.line())
         if concurrency.decided or CONCURRENCY_KEY not in study.user_attrs:
             study.set_user_attr(CONCURRENCY_KEY, concurrency.to_attr())
-    clock = NightClock(plan.hours, stored=study.user_attrs.get(NIGHT_KEY))
     with Progress(study=plan.study_name, trials=plan.trials, hours=plan.hours,
                   after_search=lambda: clock.after, reserve=lambda: clock.reserve) as progress:
         if clock.left_s() is not None:  # a resumed night: what its earlier calls left
             progress.deadline = progress.started + clock.left_s()
+        night = _Night(plan, space, study, db, store, progress, clock)
+        progress.on_stage = night.stage_started
         try:
-            return _Night(plan, space, study, db, store, progress, clock).run()
+            with clock.autosave(study):  # saved at every stage's start and while it runs: a kill -9 loses little
+                return night.run()
         finally:
             clock.save(study)
 
@@ -189,16 +206,24 @@ class _Night:
         self.plan, self.space, self.study, self.db, self.store = plan, space, study, db, store
         self.progress, self.clock = progress, clock
         self.runner = TrialRunner(plan, space, db, store, progress)
+        model = space.context.model
+        self.shape = shape_of(model.hidden_size, len(model.layer_types), model.intermediate_size)
 
     def replan(self, when: str | None, measured: bool) -> None:
         """The night plan, re-made (printed only `when` it is worth printing), given to the display and the clock."""
         forecast = night_forecast(self.plan, self.study, self.db, self.runner.suite, measured=measured,
-                                  report_s=self.progress.expected_s(REPORT) or 0.0)
+                                  report_s=self.progress.expected_s(REPORT) or 0.0, shape=self.shape)
         if when and self.runner.suite is not None:  # the printed plan is the task tier's: no suite, nothing to print
             announce(self.study, forecast, when)
         self.progress.forecast = forecast.expected_s
         self.clock.set_plan(forecast.after_search(), reserve=forecast.reserve(), trial_s=forecast.trial_s,
-                            search_s=forecast.search_s)
+                            first=forecast.schedule())
+
+    def stage_started(self, name: str) -> None:
+        """Progress's hook at every stage's start: the baseline's first answers get their ETA from the rates its bench
+        has just measured."""
+        if name == BASELINE_ANSWERS:
+            self.replan(None, measured=True)
 
     def report(self) -> None:
         started = time.monotonic()
@@ -255,16 +280,22 @@ class _Night:
         clock = self.clock
         self.progress.stage(FINALISTS)
         judged_before, started = clock.measured_s(TASKS), time.monotonic()
+        per_launch = max((self.progress.expected_s("launch") or 0.0) + (self.progress.expected_s("bench") or 0.0), 1.0)
+
+        def launch_budget(k: int) -> bool:  # the verdict adds launches only while they fit, the judgment kept
+            budget = clock.stage_budget_s(FINALISTS)
+            return budget is None or k * per_launch <= budget
         try:
             return confirm_finalists(self.plan, self.study, self.space, self.db,
-                                     judge_tasks=_task_judge(self.study, self.runner, self.progress, clock))
+                                     judge_tasks=_task_judge(self.study, self.runner, self.progress, clock),
+                                     launch_budget=launch_budget)
         finally:  # the launches alone: the judgments inside the stage are timed as TASKS
             clock.add(FINALISTS, time.monotonic() - started - (clock.measured_s(TASKS) - judged_before),
                       planned_s=clock.after.get(FINALISTS))
 
     def minimize(self, champion) -> None:
-        """The minimization, its launch bound shrunk to what fits before the deadline (the first cut), and the
-        minimal champion's gate; a minimization that does not fit at all is cut, and the confirmed champion stays."""
+        """The minimization, its launch bound what fits before the deadline with its gates kept (the first cut), and
+        the gates that follow it; one that does not fit at all is cut: the confirmed champion stays, not minimized."""
         from autoresearch.champion.minimize import changes_of
         from serving.config import ServingConfig
 
@@ -275,8 +306,7 @@ class _Night:
         launch = (progress.expected_s("launch") or 0.0) + (progress.expected_s("bench") or 0.0)
         bound, cut = clock.minimize_bound(
             per_launch_s=max(launch, 1.0), launches=plan.minimize_launches, changes=changes,
-            extra_launches=tabbyapi_subset_launches(plan.minimize_launches) if plan.engine == "exllamav3" else 0,
-            gate_s=clock.after.get(MINIMAL_GATE, 0.0), report_s=progress.expected_s(REPORT) or 0.0)
+            extra_launches=tabbyapi_subset_launches(plan.minimize_launches) if plan.engine == "exllamav3" else 0)
         if cut:
             log.warning("%s", cut)
             print(cut)
@@ -288,13 +318,16 @@ class _Night:
             progress.stage(MINIMIZE)
             minimization = minimize_champion(plan, study, self.db, champion)
         if minimization is not None and not minimization.complete and bound == plan.minimize_max_launches:
-            clock.cuts.append(f"minimization stopped at {minimization.launches} launches, the bound that ended it "
-                              "by the deadline; its stop rule was not reached")
+            clock.cut(f"minimization stopped at {minimization.launches} launches, the bound that ended it by the "
+                      "deadline; its stop rule was not reached")
         with clock.timed(MINIMAL_GATE):
             progress.stage(MINIMAL_GATE)
             verdict = gate_minimal(plan, study, self.db, self.store, self.runner.tier, minimization)
-            if minimization.extra.get("tabbyapi_subset"):  # what `export --format tabbyapi` writes, judged alike
+        if minimization.extra.get("tabbyapi_subset"):  # what `export --format tabbyapi` writes, judged alike
+            with clock.timed(TABBYAPI_GATE):
+                progress.stage(TABBYAPI_GATE)
                 subset = gate_tabbyapi_subset(plan, study, self.db, self.store, self.runner.tier, minimization)
+            if subset is not None:
                 print(f"TabbyAPI subset: gate {'passed' if subset['passed'] else 'failed'}: {subset['reason']}")
         self.report()
         print(f"minimal champion: {len(minimization.kept)} of {len(minimization.changes)} changes kept "

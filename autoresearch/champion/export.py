@@ -43,7 +43,10 @@ def _exported_config(study: optuna.Study, champion: dict, *, full: bool) -> tupl
     stored = study.user_attrs.get(MINIMIZATION_ATTR)
     minimization = Minimization.from_dict(stored) if stored else None
     if minimization is None or full:
-        return config, f"{who} (the confirmed champion)", minimization
+        cut = next((c for c in (study.user_attrs.get("night") or {}).get("cuts") or [] if c.startswith("not minimized")),
+                   None)  # the night's clock cut the minimization (autoresearch.night.clock): said, not hidden
+        return config, f"{who} (the confirmed champion{'; not minimized: the night was too short' if cut else ''})", \
+            minimization
     gate = minimization.extra.get("gate")
     if gate is None or not gate["passed"]:
         why = "its gate has not been run" if gate is None else f"it failed the gate: {gate['reason']}"

@@ -7,7 +7,10 @@ The ETAs come from this run's own timings: a stage is expected to take as long a
 on average in this run's earlier trials, a candidate's trial as long as this run's candidates did. A
 planner that predicts better (from the plan, before any trial ran) passes `forecast`: `forecast(name)`
 gives the seconds it expects stage `name` (or "trial", a whole candidate trial) to take, or None where
-it has no prediction, and is asked before the measured means. Stage names are autoresearch.ground.stages'.
+it has no prediction, and is asked before the measured means. Stage names are autoresearch.ground.stages';
+the baseline trial's "tasks" stage, its first answers, is BASELINE_ANSWERS (a candidate's judgment is another
+length). `on_stage(name)` is told each stage as it starts, before its ETA is asked: the loop re-plans there once
+the baseline's bench has measured this machine.
 
 The study's ETA covers the whole run: the search left (the trials --trials allows at the expected
 trial time, or until the search must stop for the stages after it to end by the deadline) and each
@@ -30,7 +33,7 @@ from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
-from autoresearch.ground.stages import AFTER_SEARCH, REPORT
+from autoresearch.ground.stages import AFTER_SEARCH, BASELINE_ANSWERS, REPORT, TASKS
 
 __all__ = ["Forecast", "Progress", "format_duration"]
 
@@ -51,12 +54,14 @@ class Progress:
     def __init__(self, *, study: str, trials: int | None, hours: float | None, live: bool | None = None,
                  forecast: Forecast | None = None, clock: Callable[[], float] | None = None,
                  after_search: Callable[[], dict[str, float]] | None = None,
-                 reserve: Callable[[], dict[str, float]] | None = None):
+                 reserve: Callable[[], dict[str, float]] | None = None,
+                 on_stage: Callable[[str], None] | None = None):
         self.study = study
         self.trials = trials
         self.forecast = forecast
         self.after_search = after_search  # the plan's seconds of each stage after the search (autoresearch.night.clock)
-        self.reserve = reserve or after_search  # the same as the search keeps them (the minimization's least)
+        self.reserve = reserve or after_search  # what the search keeps of them (autoresearch.night.clock)
+        self.on_stage = on_stage
         self._clock = clock or time.monotonic  # looked up now, not at import: a test may script it
         self.started = self._clock()
         self.deadline = self.started + hours * 3600 if hours else None  # a resumed night: the loop sets what is left
@@ -95,15 +100,20 @@ class Progress:
     def stage(self, name: str, *, trial: int | None = None) -> None:
         """Stage `name` starts (of trial `trial`, where a stage after the search judges one)."""
         self._end_stage()
+        if name == AFTER_SEARCH[0]:  # the finalists' stage: the search is over (a candidate's "tasks" is not)
+            self.searching, self.trial = False, None
+        if name == TASKS and self.searching and self.role == "baseline":
+            name = BASELINE_ANSWERS
         self.stage_name = name
         if trial is not None:
             self.trial = trial
-        if name == AFTER_SEARCH[0]:  # the finalists' stage: the search is over (a candidate's "tasks" is not)
-            self.searching = False
         if not self.searching and name in AFTER_SEARCH:
             self._tail_at = max(self._tail_at, AFTER_SEARCH.index(name))
+        if self.on_stage is not None:
+            self.on_stage(name)
         eta = self.stage_eta_s()
-        log.info("trial %s: %s%s", self.trial, name, f" (about {format_duration(eta)})" if eta is not None else "")
+        about = f" (about {format_duration(eta)})" if eta is not None else ""
+        log.info("%s%s%s", f"trial {self.trial}: " if self.trial is not None else "", name, about)
 
     def trial_finished(self, completed: int, best: str) -> None:
         self._end_stage()

@@ -1,9 +1,13 @@
 """The rates a night plan is made from: stated by the user (flags), assumed, or measured by the study so far
-(its trials' stage times, the baseline's and the judgments' answering spans). autoresearch.night.forecast
-turns them into the plan.
+(its trials' stage times, the baseline's bench, the baseline's and the judgments' answering spans).
+autoresearch.night.forecast turns them into the plan.
+
+The batching gain (aggregate decode at the suite's requests in flight over batch-1 decode) divides the task
+tier's time. Where it is neither stated nor measured yet, the plan takes this project's measurement on the
+model's shape (SHAPE_GAINS, at the suite's concurrency), and says so; a shape never measured is planned at 1.
 
 Usage:
-    rates = stated_rates(suite, decode_tok_s=43, prefill_tok_s=700, answer_tokens=3000)
+    rates = stated_rates(suite, decode_tok_s=43, prefill_tok_s=700, answer_tokens=3000, batch_gain=4.1)
     rates = measured_rates(study.get_trials(), suite_runs, suite, fallback=rates)
 """
 
@@ -18,7 +22,8 @@ from dataclasses import dataclass
 from autoresearch.ground.study import is_baseline
 from eval.suites import SuiteSpec
 
-__all__ = ["BASELINE_STAGES", "CHEAP_STAGES", "UNKNOWN_TASKS", "Rates", "TasksetRates", "measured_rates", "stated_rates"]
+__all__ = ["BASELINE_STAGES", "CHEAP_STAGES", "PROJECT_SHAPE", "SHAPE_GAINS", "UNKNOWN_TASKS", "Rates", "ShapeGain",
+           "TasksetRates", "assumed_gain", "measured_rates", "shape_of", "stated_rates"]
 
 UNKNOWN_TASKS = 600  # a taskset whose size is known only after a run is planned at the offline suite's size
 CHEAP_STAGES = ("launch", "bench", "fidelity")
@@ -47,10 +52,56 @@ class Rates:
     assumptions: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, kw_only=True)
+class ShapeGain:
+    """The batching gain this project measured on one model shape, by requests in flight."""
+
+    name: str  # said with the plan
+    hidden_size: int
+    layers: int
+    intermediate_size: int
+    points: tuple[tuple[int, float], ...]  # (requests in flight, gain), increasing
+    source: str  # where the measurement is kept
+
+    def at(self, in_flight: int) -> float:
+        """The gain at `in_flight` requests: linear between the measured points, the last one past them."""
+        below = max((p for p in self.points if p[0] <= in_flight), default=self.points[0])
+        above = min((p for p in self.points if p[0] >= in_flight), default=self.points[-1])
+        if above[0] == below[0]:
+            return below[1]
+        return below[1] + (above[1] - below[1]) * (in_flight - below[0]) / (above[0] - below[0])
+
+
+SHAPE_GAINS = (
+    ShapeGain(name="the 27B's shape (Qwen3.8-27B: hidden 5,120, 64 layers), under a 24 GiB cap", hidden_size=5120,
+              layers=64, intermediate_size=17408, points=((1, 1.0), (4, 2.95), (8, 4.11), (16, 4.40)),
+              source="examples/synthetic-27b-batch-gain"),
+    ShapeGain(name="the 0.5B's shape (Qwen2.5-Coder-0.5B: hidden 896, 24 layers), on an H200", hidden_size=896,
+              layers=24, intermediate_size=4864, points=((1, 1.0), (8, 2.9)),
+              source="examples/real-0.5b-night"),
+)
+PROJECT_SHAPE = SHAPE_GAINS[0]  # the model this project serves: what `plan` assumes, with no model to read
+
+
+def shape_of(hidden_size: int, layers: int, intermediate_size: int) -> ShapeGain | None:
+    """The measured shape with these dimensions, if any."""
+    return next((g for g in SHAPE_GAINS if (g.hidden_size, g.layers, g.intermediate_size) ==
+                 (hidden_size, layers, intermediate_size)), None)
+
+
+def assumed_gain(shape: ShapeGain | None, in_flight: int) -> tuple[float, str]:
+    """The batching gain a plan takes where none is stated or measured yet, and why (printed with the plan)."""
+    if shape is None:
+        return 1.0, "no measured value for this model's shape: the baseline's answers measure it"
+    return round(shape.at(in_flight), 1), f"measured on {shape.name}: {shape.source}"
+
+
 def stated_rates(suite: SuiteSpec, *, decode_tok_s: float, prefill_tok_s: float, answer_tokens: float,
                  prompt_tokens: float = 300.0, batch_gain: float = 1.0, launch_s: float = 120.0,
-                 bench_s: float = 180.0, fidelity_s: float = 120.0, source: str = "stated rates") -> Rates:
-    """Rates for a machine one does not have: its decode and prefill tok/s and the model's answer length.
+                 bench_s: float = 180.0, fidelity_s: float = 120.0, source: str = "stated rates",
+                 gain_basis: str = "") -> Rates:
+    """Rates for a machine one does not have: its decode and prefill tok/s and the model's answer length;
+    `gain_basis`: where the batching gain comes from, printed with it.
 
     Raises:
         ValueError: a rate or length that is not positive.
@@ -69,7 +120,7 @@ def stated_rates(suite: SuiteSpec, *, decode_tok_s: float, prefill_tok_s: float,
                                      answered_tokens=answered, truncated_share=truncated, task_s=task_s))
     assumptions = (f"answers of {answer_tokens:.0f} tokens on average, lengths exponential (a stated assumption)",
                    f"{prompt_tokens:.0f}-token prompts; batch gain {batch_gain:g} (aggregate over batch-1 decode "
-                   f"at the suite's {suite.max_concurrent} requests in flight)",
+                   f"at the suite's {suite.max_concurrent} requests in flight{'; ' + gain_basis if gain_basis else ''})",
                    f"launch {launch_s:.0f} s, bench {bench_s:.0f} s, fidelity {fidelity_s:.0f} s per trial")
     return Rates(launch_s=launch_s, bench_s=bench_s, fidelity_s=fidelity_s, tasksets=tuple(tasksets),
                  source=f"{source}: decode {decode_tok_s:g} tok/s, prefill {prefill_tok_s:g} tok/s",

@@ -133,10 +133,44 @@ def test_plan_command_from_stated_rates():
     fits = _plan_cli("--hours", "8", "--decode-tok-s", "400", "--prefill-tok-s", "5000", "--answer-tokens", "300")
     assert fits.returncode == 0, fits.stderr
     assert "trials through launch, bench and fidelity" in fits.stdout and "fits:" in fits.stdout
-    short = _plan_cli("--hours", "8", "--decode-tok-s", "43", "--prefill-tok-s", "700", "--answer-tokens", "3000")
-    assert short.returncode == 1 and "CANNOT" in short.stdout and "would: --hours" in short.stdout
+    unbatched = _plan_cli("--hours", "8", "--decode-tok-s", "43", "--prefill-tok-s", "700", "--answer-tokens", "3000",
+                          "--batch-gain", "1")
+    assert unbatched.returncode == 1 and "CANNOT" in unbatched.stdout and "would: --hours" in unbatched.stdout
+    assert "batch gain 1 (aggregate over batch-1 decode at the suite's 8 requests in flight; stated)" in unbatched.stdout
     missing = _plan_cli("--hours", "8")
     assert missing.returncode == 2 and "--decode-tok-s" in missing.stderr
+
+
+def _trials(stdout: str) -> int:
+    return int(next(line for line in stdout.splitlines() if "trials through launch" in line).rsplit(" ", 1)[1])
+
+
+README_RATES = ("--suite", "offline", "--decode-tok-s", "43", "--prefill-tok-s", "700", "--answer-tokens", "3000")
+
+
+def test_the_readme_3090_night_fits_with_the_gain_measured_on_the_27b_shape():
+    """Before: without --batch-gain the gain was 1, and the README's 3090 rates bought 0 candidates in 8 hours
+    (exit 1), though the project measured 4.1 on the 27B's shape at the offline suite's 8 in flight."""
+    night = _plan_cli(*README_RATES, "--hours", "8")
+    assert night.returncode == 0, night.stdout
+    assert _trials(night.stdout) >= 15
+    assert "batch gain 4.1 (aggregate over batch-1 decode at the suite's 8 requests in flight; measured on the " \
+           "27B's shape" in night.stdout and "examples/synthetic-27b-batch-gain" in night.stdout
+    assert "policy: the search keeps only what a champion needs" in night.stdout
+
+
+def test_would_hours_is_the_least_night_that_fits():
+    """Before: --hours 2 said "would: --hours 3", --hours 3 did not fit and said 5, 5 said 8, and 6 fitted: the
+    advice re-planned without the minimization, and tried only 1.5, 2, 3 ... times --hours."""
+    short = _plan_cli(*README_RATES, "--hours", "2")
+    assert short.returncode == 1 and "CANNOT" in short.stdout
+    [would] = [line.split()[2] for line in short.stdout.splitlines() if line.startswith("  would: --hours ")]
+    assert _plan_cli(*README_RATES, "--hours", would).returncode == 0  # it fits
+    rates = stated_rates(OFFLINE, decode_tok_s=43, prefill_tok_s=700, answer_tokens=3000, batch_gain=4.1)
+    night = {"policy": TaskPolicy(), "finalists": 2, "finalist_launches": 2, "minimize_launches": 26,
+             "minimize_least": 18, "tabbyapi": True}
+    assert not plan_night(rates, hours=float(would) - 0.25, **night).fits  # and no quarter-hour less does
+    assert plan_night(rates, hours=float(would), **night).fits
 
 
 class _Trial:
@@ -312,16 +346,36 @@ def test_the_plan_is_printed_again_after_the_baseline_and_after_the_first_judgme
     assert replan_after(study, add(role="candidate", task_tier="judged")) is None  # the second judgment: no reprint
 
 
-def test_the_search_keeps_the_least_minimization_and_the_plan_ends_by_the_deadline():
-    """The minimization is the first stage to give: the trials are counted keeping only its ranking round and one
-    attempt, it takes what the deadline leaves up to whole, and the plan's total never passes --hours."""
+def test_a_short_night_keeps_no_minimization_and_a_long_one_keeps_its_share():
+    """The policy (forecast.MINIMIZE_SHARE): the search keeps the minimization and its gates only where their least
+    (ranking round and one attempt) fits in a quarter of --hours, and then up to that quarter; otherwise the
+    search takes its time (before: its least was always kept, and a 15-minute night searched nothing)."""
     rates = stated_rates(OFFLINE, decode_tok_s=400, prefill_tok_s=5000, answer_tokens=300, launch_s=60, bench_s=90,
                          fidelity_s=30)
-    whole = plan_night(rates, policy=TaskPolicy(), hours=8, finalists=2, finalist_launches=2, minimize_launches=26)
-    least = plan_night(rates, policy=TaskPolicy(), hours=8, finalists=2, finalist_launches=2, minimize_launches=26,
-                       minimize_kept=18)
-    assert least.minimization_s == whole.minimization_s == 26 * 150 and least.minimization_kept_s == 18 * 150
-    assert least.reserve()["minimizing the champion"] == 18 * 150
-    assert least.trials - whole.trials in (8 * 150 // 180, 8 * 150 // 180 + 1)  # the 8 launches not kept: searched
-    assert least.search_s + sum(least.after_search().values()) > 8 * 3600  # whole, it would overrun
-    assert least.total_s <= 8 * 3600
+    night = {"policy": TaskPolicy(), "finalists": 2, "finalist_launches": 2, "minimize_launches": 26,
+             "minimize_least": 18, "tabbyapi": True}
+    short = plan_night(rates, hours=2, **night)
+    assert short.minimization_least_s > 0.25 * 2 * 3600 and not short.minimization_kept
+    assert short.reserve()["minimizing the champion"] == 0 and short.reserve()["gating the minimal champion"] == 0
+    assert short.after_search()["minimizing the champion"] == 26 * 150  # planned whole, where it runs
+    assert short.trials == int((2 * 3600 - short.baseline_s - short.finalists_s - short.judgment_s) // 180)
+    assert "minimization: not kept" in short.text()
+    long = plan_night(rates, hours=8, **night)
+    assert long.minimization_kept and long.minimize_kept == min(26, (0.25 * 8 * 3600 - long.gates_s) // 150)
+    kept = long.reserve()
+    assert kept["minimizing the champion"] == long.minimize_kept * 150
+    assert kept["gating the minimal champion"] == kept["gating the TabbyAPI subset"] == long.minimal_gate_s > 0
+    assert sum(kept[name] for name in ("minimizing the champion", "gating the minimal champion",
+                                       "gating the TabbyAPI subset")) <= 0.25 * 8 * 3600
+    assert long.total_s <= 8 * 3600 and short.total_s <= 2 * 3600
+
+
+def test_the_plan_never_plans_more_than_the_night():
+    """Before: the first plan of the real 15-minute night planned 32,764 s at the assumed rates (the minimization and
+    its gate whole among them); now what does not fit is CANNOT, and the plan's schedule ends by the deadline."""
+    rates = stated_rates(OFFLINE, decode_tok_s=40, prefill_tok_s=1000, answer_tokens=1000)
+    f = plan_night(rates, policy=TaskPolicy(), hours=0.25, finalists=2, finalist_launches=2, minimize_launches=26,
+                   minimize_least=18, tabbyapi=True)
+    assert not f.fits and f.need_s > 900
+    assert f.total_s == 900 and sum(f.schedule().values()) == pytest.approx(900)
+    assert "the stages above need" in f.text()

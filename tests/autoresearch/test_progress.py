@@ -69,3 +69,26 @@ def test_the_panel_redraws_elapsed_without_an_event():
     assert "elapsed" in first and "10 s" in first and "2 min" in second  # elapsed ticks between events
     # the study's share is elapsed over elapsed + ETA: 130 s in, 3 x 10 s less the 10 s the trial in flight has used
     assert progress.study_eta_s() == 20.0 and "87%" in second and "1 of 4" in second
+
+
+def test_the_baselines_first_answers_are_their_own_stage_and_a_stage_of_no_trial_names_none(caplog):
+    """Before: the baseline's first answers took a candidate's judgment as their estimate (the real 0.5B's showed
+    "about 2.7 h" for answers that took 100 s), and the finalists' stage logged "trial None: confirming finalists"."""
+    import logging
+
+    clock = Clock()
+    forecast = {"tasks": 9000.0, "the baseline's first answers": 100.0}.get
+    told: list[str] = []
+    progress = Progress(study="s", trials=4, hours=None, live=False, clock=clock, forecast=forecast,
+                        on_stage=told.append)
+    caplog.set_level(logging.INFO, logger="autoresearch")
+    progress.trial_started(0, "baseline", "abcdef123456")
+    progress.stage("tasks")
+    assert progress.stage_eta_s() == 100.0 and told == ["the baseline's first answers"]
+    progress.trial_finished(1, "baseline")
+    progress.trial_started(1, "candidate", "abcdef123456")
+    progress.stage("tasks")  # a candidate's judgment, in its trial
+    assert progress.stage_eta_s() == 9000.0
+    progress.trial_finished(2, "baseline")
+    progress.stage("confirming finalists")
+    assert "trial None" not in caplog.text and "confirming finalists" in caplog.text

@@ -126,6 +126,12 @@ def wait_until_loaded(client: Client, *, timeout_s: float = LOAD_WAIT_S, poll_s:
         time.sleep(poll_s)
 
 
+def _mostly_too_short(runs: list[RequestResult], least: int) -> bool:
+    """At least `least` of the point's runs ended before they could time decode, more than were valid."""
+    short = sum(bool(r.invalid_reason and "too short to time decode" in r.invalid_reason) for r in runs)
+    return short >= least and short > sum(r.is_valid for r in runs)
+
+
 def _answers_too_short(warmups: list[RequestResult], min_tokens: int) -> bool:
     """The model's own answers at this point (its warm-ups, sent without ignore_eos) end before `min_tokens`."""
     answers = sorted(r.completion_tokens for r in warmups if r.ok and r.completion_tokens is not None)
@@ -256,6 +262,11 @@ class _Session(SessionSetUp):
             if reason:
                 log.warning("%s run %d invalid: %s", key, len(runs) + 1, reason)
             runs.append(dataclasses.replace(result, invalid_reason=reason))
+            if not ignore_eos and _mostly_too_short(runs, plan.min_repeats):  # one warm-up's answer misled
+                log.info("%s: most of the model's answers here are too short to time decode; its runs go on past "
+                         "the answer to %d tokens from now on", key, plan.decode_min_tokens)
+                max_tokens, ignore_eos = plan.decode_min_tokens, True
+                expected_completion_tokens = plan.decode_min_tokens
             _mark_stalls(key, runs, rate)
             scale = self._refit(scale, seen, prompt, result)
             values = [v for r in runs if r.is_valid and (v := getattr(r, rate)) is not None]

@@ -46,7 +46,9 @@ class PrefixCachingFakeServer:
         answer_tokens: int | None = None,
         loading_s: float = 0.0,
         token_gap_s: Callable[[int], float] | None = None,
+        answers: Callable[[int], int] | None = None,
     ) -> None:
+        self.answers = answers  # the answer's length by request number (1-based), where answer_tokens is one length
         self.token_gap_s = token_gap_s or (lambda _post: 0.001)
         self.loaded_at = time.monotonic() + loading_s  # before it: 503 "loading", as this project's server answers
         self.api_key = api_key
@@ -138,8 +140,9 @@ class PrefixCachingFakeServer:
                 n, finish = body["max_tokens"], "length"
                 if fake.decode_ends_after is not None and n > 1 and n > fake.decode_ends_after:
                     n, finish = fake.decode_ends_after, "stop"
-                if fake.answer_tokens is not None and n > fake.answer_tokens and not body.get("ignore_eos"):
-                    n, finish = fake.answer_tokens, "stop"
+                answer = fake.answers(len(fake.bodies)) if fake.answers else fake.answer_tokens
+                if answer is not None and n > answer and not body.get("ignore_eos"):
+                    n, finish = answer, "stop"
                 gap = fake.token_gap_s(len(fake.bodies))
                 for _ in range(n):
                     time.sleep(gap)

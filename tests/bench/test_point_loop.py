@@ -77,7 +77,7 @@ def test_a_long_first_answer_does_not_leave_a_point_of_short_answers_unmeasured(
     model's own answers, and they answered 2 tokens: 12 runs, none timeable, the baseline unmeasured. Now the point
     switches to runs past the answer once most of its runs end too short."""
     plan = dataclasses.replace(PLAN, decode_tokens=16, decode_until="eos", decode_min_tokens=8, max_repeats=8)
-    with PrefixCachingFakeServer(answers=lambda post: 16 if post == 1 else 2, token_gap_s=lambda _post: 0.005) as server:
+    with PrefixCachingFakeServer(answers=lambda post: 16 if post <= 3 else 2, token_gap_s=lambda _post: 0.005) as server:
         point = run_bench(plan, Endpoint(url=server.url)).decode[0]
     assert len(point.valid_runs) >= plan.min_repeats
     assert {r.completion_tokens for r in point.valid_runs} == {8} and point.runs[-1].spec.ignore_eos

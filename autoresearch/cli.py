@@ -73,7 +73,8 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
             formatter_class=_FORMATTER, epilog=_EPILOG),
         "export": commands.add_parser(
             "export", help="write the champion as a serving config (or TabbyAPI's files), from the database alone",
-            description="Write a study's champion (the minimal champion once it passed the gate) as this "
+            description="Write a study's champion (the minimal champion once it was shown faster than the baseline and "
+                        "passed the gate) as this "
                         "project's serving config or as TabbyAPI's config.yml + exl3.env, from the database alone.",
             formatter_class=_FORMATTER, epilog=_EPILOG),
         "report": commands.add_parser(
@@ -221,11 +222,12 @@ def _add_crown(parser: argparse.ArgumentParser, *, rank: bool = True) -> None:
     crown.add_argument("--minimize", action=argparse.BooleanOptionalAction, default=None,
                        help="after the champion is confirmed, remove its changes one at a time (cheapest first) "
                        "while it stays as fast on request time (with --rank-by energy: uses no more energy per "
-                       "request); export writes that minimal champion "
-                       "(default: on with --model, off for the embedded default)")
+                       "request); export writes that minimal champion once it is shown faster than the baseline and "
+                       "passed the gate (default: on with --model, off for the embedded default)")
     crown.add_argument("--minimize-launches", type=int, default=2,
                        help="fresh launches of each configuration per minimization round (default 2); with n "
-                       "changes it makes at most L x (5n + 1) launches")
+                       "changes it makes at most L x (5n + 3) launches (the last 2L: the minimal champion against the "
+                       "baseline)")
     crown.add_argument("--minimize-max-launches", type=int, help="stop the minimization after this many launches")
 
 

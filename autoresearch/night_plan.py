@@ -17,7 +17,7 @@ from autoresearch.checks.task_tier import first_answers
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.plan import RunPlan
 from autoresearch.ground.study import baseline_trial
-from autoresearch.night.clock import least_minimization, tabbyapi_subset_launches
+from autoresearch.night.clock import least_minimization, tabbyapi_subset_launches, versus_baseline_launches
 from autoresearch.night.forecast import SCOPES, Forecast, plan_night
 from autoresearch.night.rates import Rates, measured_rates, stated_rates
 from eval.decision import TaskPolicy
@@ -173,9 +173,11 @@ def minimize_launches(per_config: int, max_launches: int | None, changes: int, *
     + 1). Kept: what the night keeps for it before it starts a trial, its ranking round and one attempt
     (autoresearch.night.clock.least_minimization: the least that minimizes anything, the clock's cut rule); the minimization is the first stage to give, and takes what the deadline leaves
     up to full (a search stopped to keep its full launches found nothing on the real 0.5B's 15-minute night).
-    Each at most --minimize-max-launches, and with the exllamav3 engine the TabbyAPI subsets' (3 x per_config)."""
+    Both with the minimal champion's round against the baseline (2 x per_config); each at most
+    --minimize-max-launches, and with the exllamav3 engine the TabbyAPI subsets' (3 x per_config)."""
     extra = tabbyapi_subset_launches(per_config) if tabbyapi else 0
-    full, kept = per_config * (3 * changes + 1), least_minimization(per_config, changes)
+    full = per_config * (3 * changes + 1) + versus_baseline_launches(per_config)  # and the round against the baseline
+    kept = least_minimization(per_config, changes)
     if max_launches is not None:
         full, kept = min(full, max_launches), min(kept, max_launches)
     return float(min(kept, full) + extra), float(full + extra)

@@ -8,6 +8,10 @@ is tried on the configuration reached so far, in fresh launches interleaved with
 the champion, and kept out unless autoresearch.measures.faster's rule calls the result slower than the champion
 (request time beyond its noise, or decode or prefill beyond theirs). A change that stayed in is tried again once a later removal changed the configuration it was
 tried on, so the stop rule holds at the end: removing any change still in makes it measurably slower.
+Last, a minimal champion that differs from the champion is launched against the baseline, interleaved: a
+removal is judged against the champion's noise, and removals each inside it can add up to the whole speed-up
+(a change worth 4% removed at [0.938, 0.986] under a 5% margin), so the minimal champion replaces the
+confirmed one only where the same rule calls it faster than the baseline (`Minimization.versus_baseline`).
 
 A study ranked by energy (`ranked=ENERGY`) is minimized by the same rule on its measure: a removal's cost is its
 joules per request against the champion's (beside them, decode and prefill in tokens per joule), its floor
@@ -15,14 +19,15 @@ energy's launch-to-launch noise, and a removal stays out unless the result uses 
 removal that costs time but no energy is taken. A launch without an energy reading does not count there
 (never 0 J), and why is said where it leaves a removal unmeasured.
 
-The bound: a ranking round of launches x (n + 1) launches and at most 2n attempts of 2 x launches
-each, so at most launches x (5n + 1) for n changes; reaching it stops with the configuration reached
-so far (every removal in it measured not slower) and says so.
+The bound: a ranking round of launches x (n + 1) launches, at most 2n attempts of 2 x launches each and the
+round against the baseline (2 x launches, kept for it from the start), so at most launches x (5n + 3) for n
+changes; reaching it stops with the configuration reached so far (every removal in it measured not slower)
+and says so.
 
 Usage:
     result = minimize(champion, baseline, measure, launches=2)   # measure(config, label) -> Launch | None
     minimize(champion, baseline, measure, ranked=ENERGY)           # a study ranked by energy
-    result.minimal, result.kept, result.costs
+    result.minimal, result.kept, result.costs, result.versus_baseline   # None: nothing was removed
 """
 
 from __future__ import annotations
@@ -35,13 +40,14 @@ from typing import Any
 from autoresearch.ground.errors import AutoresearchError
 from autoresearch.ground.ranked_by import ENERGY_RANKED, RANKED_BY
 from autoresearch.measures.faster import ENERGY, TIME, Measure, judge_speed, measure_of, request_floor
+from autoresearch.night.clock import versus_baseline_launches
 from bench.stats import Comparison, DifferenceRule, compare_one
 from search_space.catalog import EXL3_KNOBS
 from serving.config import ServingConfig
 from serving.errors import ConfigError
 
-__all__ = ["Change", "Cost", "Launch", "Minimization", "MinimizeError", "changes_of", "decision", "launch_bound", "minimize",
-           "without"]
+__all__ = ["BaselineCheck", "Change", "Cost", "Launch", "Minimization", "MinimizeError", "against_baseline", "changes_of",
+           "decision", "launch_bound", "minimize", "without"]
 
 log = logging.getLogger(__name__)
 _UNSET = "(exllamav3 default)"  # an EXL3_* variable the config leaves to exllamav3
@@ -197,6 +203,37 @@ class Attempt:
 
 
 @dataclass(frozen=True)
+class BaselineCheck:
+    """The minimal champion against the baseline, in fresh launches interleaved with the baseline's: whether it is
+    itself faster (autoresearch.measures.faster's rule, the baseline the reference; ranked by energy: less energy)."""
+
+    cost: Cost | None  # minimal against baseline, ratios above 1 better; None: not measured (`reason` says why)
+    reason: str = ""
+
+    @property
+    def faster(self) -> bool:
+        return self.cost is not None and self.cost.verdict == "faster"
+
+    def text(self) -> str:
+        """Its own measured speed-up with the interval, e.g. "1.040x [1.012, 1.071] the baseline on request time
+        (faster; decode 1.050x, prefill 1.000x; 2 fresh launches each, interleaved)"."""
+        if self.cost is None:
+            return f"not measured against the baseline: {self.reason}"
+        c = self.cost
+        r, lo, hi = c.ranked
+        return (f"{r:.3f}x [{lo:.3f}, {hi:.3f}] the baseline on {c.measure.name} ({c.measure.words(c.verdict)}; "
+                f"decode {c.decode[0]:.3f}x, prefill {c.prefill[0]:.3f}x; {c.launches} fresh launches each, "
+                "interleaved)")
+
+    def to_dict(self) -> dict:
+        return {"cost": self.cost.to_dict() if self.cost else None, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> BaselineCheck:
+        return cls(cost=Cost.from_dict(d["cost"]) if d.get("cost") else None, reason=d.get("reason", ""))
+
+
+@dataclass(frozen=True)
 class Minimization:
     """The outcome: each change's removal cost, the attempts in order, and the minimal champion."""
 
@@ -213,6 +250,29 @@ class Minimization:
     launches_per_config: int = 2
     extra: dict = field(default_factory=dict)  # e.g. the TabbyAPI-expressible subset's measured cost
     ranked_by: str = RANKED_BY  # the measure its removals were judged on (autoresearch.ground.ranked_by)
+    # the minimal champion against the baseline; None where nothing was removed (the confirmed verdict stands),
+    # or stored before it was measured (then the minimal champion does not replace the confirmed one)
+    versus_baseline: BaselineCheck | None = None
+
+    def why_not_exported(self, champion: ServingConfig) -> str | None:
+        """Why export writes the confirmed `champion` and not this minimal champion (None: the minimal one, or they
+        are the same configuration): it must be shown faster than the baseline by the rule that decides "faster",
+        and pass the gate (the verdict stored in `extra["gate"]`, of this configuration)."""
+        if self.minimal.digest == champion.digest:
+            return None
+        if self.versus_baseline is None:
+            return "it was never measured against the baseline (stored before that round existed)"
+        if not self.versus_baseline.faster:
+            return f"it was not shown faster than the baseline: {self.versus_baseline.text()}"
+        gate = self.extra.get("gate")
+        if gate is None:
+            return "its gate has not been run"
+        if gate.get("digest", self.minimal.digest) != self.minimal.digest:
+            return "its stored gate verdict is of another configuration"
+        if not gate["passed"]:
+            return f"its gate was not run: {gate['reason']}" if gate.get("judged") is False else \
+                f"it failed the gate: {gate['reason']}"
+        return None
 
     def to_dict(self) -> dict:
         return {"changes": [{"name": c.name, "value": c.value, "baseline": c.baseline, "where": c.where}
@@ -222,7 +282,8 @@ class Minimization:
                 "unremovable": self.unremovable, "attempts": [a.to_dict() for a in self.attempts],
                 "kept": list(self.kept), "minimal": self.minimal.to_dict(), "launches": self.launches,
                 "bound": self.bound, "complete": self.complete, "launches_per_config": self.launches_per_config,
-                "extra": self.extra} | ({"ranked_by": self.ranked_by} if self.ranked_by == ENERGY_RANKED else {})
+                "extra": self.extra} | ({"ranked_by": self.ranked_by} if self.ranked_by == ENERGY_RANKED else {}) \
+            | ({"versus_baseline": self.versus_baseline.to_dict()} if self.versus_baseline else {})
 
     @classmethod
     def from_dict(cls, d: dict) -> Minimization:
@@ -232,12 +293,15 @@ class Minimization:
                    unremovable=d["unremovable"], attempts=tuple(Attempt.from_dict(a) for a in d["attempts"]),
                    kept=tuple(d["kept"]), minimal=ServingConfig.from_dict(d["minimal"]), launches=d["launches"],
                    bound=d["bound"], complete=d["complete"], launches_per_config=d["launches_per_config"],
-                   extra=d.get("extra", {}), ranked_by=d.get("ranked_by", RANKED_BY))
+                   extra=d.get("extra", {}), ranked_by=d.get("ranked_by", RANKED_BY),
+                   versus_baseline=BaselineCheck.from_dict(d["versus_baseline"]) if d.get("versus_baseline") else None)
 
 
 def launch_bound(n_changes: int, launches: int) -> int:
-    """The most launches minimize() makes for n changes: the ranking round and 2n attempts."""
-    return launches * (n_changes + 1) + 2 * n_changes * 2 * launches
+    """The most launches minimize() makes for n changes: the ranking round, 2n attempts and the round against the
+    baseline."""
+    return launches * (n_changes + 1) + 2 * n_changes * 2 * launches + versus_baseline_launches(launches)
+
 
 
 def judge(champion: Sequence[Launch], candidate: Sequence[Launch], rule: DifferenceRule = _RULE,
@@ -281,13 +345,14 @@ def decision(cost: Cost) -> str:
 
 
 def _round(measure: LaunchMeasure, champion: ServingConfig, others: list[tuple[str, ServingConfig]], launches: int,
-           label: str, ranked: Measure = TIME) -> tuple[list[Launch], dict[str, list[Launch]], dict[str, list[str]]]:
-    """`launches` fresh launches of the champion and each other config, interleaved (drift hits all alike);
-    the launches that count on `ranked`, and by config, why the others measured did not (e.g. no energy)."""
-    runs: dict[str, list[Launch]] = {name: [] for name in ("champion", *(n for n, _ in others))}
+           label: str, ranked: Measure = TIME, reference: str = "champion",
+           ) -> tuple[list[Launch], dict[str, list[Launch]], dict[str, list[str]]]:
+    """`launches` fresh launches of the champion (or the `reference` so named) and each other config, interleaved
+    (drift hits all alike); the launches that count on `ranked`, and by config, why the others measured did not."""
+    runs: dict[str, list[Launch]] = {name: [] for name in (reference, *(n for n, _ in others))}
     why: dict[str, list[str]] = {name: [] for name in runs}
     for i in range(launches):
-        for name, config in (("champion", champion), *others):
+        for name, config in ((reference, champion), *others):
             at = f"{label}/{name}/{i}"
             if (got := measure(config, at)) is None:
                 continue
@@ -296,10 +361,11 @@ def _round(measure: LaunchMeasure, champion: ServingConfig, others: list[tuple[s
                 why[name].append(f"{at}: {missing}")
             else:
                 runs[name].append(got)
-    champ = runs.pop("champion")
+    champ = runs.pop(reference)
     if not champ:
-        raise MinimizeError(f"{label}: no launch of the champion was measured; nothing to compare removals against"
-                            + _unmeasured(why["champion"]))
+        compared = "removals" if reference == "champion" else "the minimal champion"
+        raise MinimizeError(f"{label}: no launch of the {reference} was measured; nothing to compare {compared} "
+                            "against" + _unmeasured(why[reference]))
     return champ, runs, why
 
 
@@ -311,7 +377,8 @@ def _unmeasured(why: list[str]) -> str:
 def minimize(champion: ServingConfig, baseline: ServingConfig, measure: LaunchMeasure, *, launches: int = 2,
              max_launches: int | None = None, rule: DifferenceRule = _RULE, ranked: Measure = TIME) -> Minimization:
     """Remove the champion's changes, cheapest first, while the result is not measurably slower on request time
-    (`ranked=ENERGY`: while it uses no measurably more energy per request).
+    (`ranked=ENERGY`: while it uses no measurably more energy per request); then judge the minimal champion
+    against the baseline (`versus_baseline`), where it differs from the champion.
 
     `measure(config, label)` launches `config` fresh and measures it (None when that launch failed);
     labels are unique within one minimization, so a resumed run can answer from stored launches.
@@ -359,7 +426,7 @@ def minimize(champion: ServingConfig, baseline: ServingConfig, measure: LaunchMe
             complete = True
             break
         name = pending[0]
-        if made + 2 * launches > bound:
+        if made + 2 * launches + versus_baseline_launches(launches) > bound:  # the last round keeps its launches
             break
         step += 1
         try:
@@ -383,8 +450,26 @@ def minimize(champion: ServingConfig, baseline: ServingConfig, measure: LaunchMe
             current = candidate
             present -= set(removed)
     kept = tuple(c.name for c in changes if c.name in present)
-    log.info("minimized %d changes to %d in %d launches (bound %d)%s", len(changes), len(kept), made, bound,
-             "" if complete else ": stopped at the bound")
+    versus = against_baseline(counted, baseline, current, launches=launches, rule=rule, ranked=ranked) \
+        if current.digest != champion.digest else None
+    log.info("minimized %d changes to %d in %d launches (bound %d)%s%s", len(changes), len(kept), made, bound,
+             "" if complete else ": stopped at the bound", f"; against the baseline: {versus.text()}" if versus else "")
     return Minimization(changes=changes, costs=costs, carried=carried, unremovable=unremovable, attempts=tuple(attempts), kept=kept,
                         minimal=current, launches=made, bound=bound, complete=complete, launches_per_config=launches,
-                        ranked_by=ranked.ranked_by)
+                        ranked_by=ranked.ranked_by, versus_baseline=versus)
+
+
+def against_baseline(measure: LaunchMeasure, baseline: ServingConfig, minimal: ServingConfig, *, launches: int,
+                     rule: DifferenceRule = _RULE, ranked: Measure = TIME) -> BaselineCheck:
+    """The minimal champion against the baseline: `launches` fresh launches of each, interleaved (labelled
+    `baseline/baseline|minimal/<launch>`), judged by the rule that decides "faster" with the baseline as the
+    reference (its own launch-to-launch noise the floor)."""
+    try:
+        base, runs, why = _round(measure, baseline, [("minimal", minimal)], launches, "baseline", ranked,
+                                 reference="baseline")
+    except MinimizeError as exc:
+        return BaselineCheck(cost=None, reason=str(exc))
+    if not runs["minimal"]:
+        return BaselineCheck(cost=None, reason="no launch of the minimal champion was measured"
+                             + _unmeasured(why["minimal"]))
+    return BaselineCheck(cost=judge(base, runs["minimal"], rule, ranked))

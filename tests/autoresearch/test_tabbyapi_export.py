@@ -185,6 +185,7 @@ def _with_minimization(tmp_path, *, gate: dict | None) -> tuple[str, dict]:
     import optuna
 
     from autoresearch.champion.change_costs import MINIMIZATION_ATTR
+    from autoresearch.champion.crowned import minimized_stamp
     from autoresearch.champion.minimize import Launch, changes_of, minimize
     from autoresearch.champion.tabbyapi import expressible_subset
 
@@ -207,10 +208,11 @@ def _with_minimization(tmp_path, *, gate: dict | None) -> tuple[str, dict]:
     result = minimize(champion, baseline, scripted, launches=2)
     subset = expressible_subset(result.minimal, hybrid=False)
     extra = {"gate": gate} if gate else {}
-    extra["tabbyapi_subset"] = {"digest": subset.digest, "cost": {"request": [0.99, 0.98, 1.0], "decode": [0.99, 0.98, 1.0],
-                                                                  "prefill": [1.0, 1.0, 1.0], "verdict": "same",
-                                                                  "launches": 2}}
-    study.set_user_attr(MINIMIZATION_ATTR, result.to_dict() | {"extra": extra})
+    cost = {"request": [0.99, 0.98, 1.0], "decode": [0.99, 0.98, 1.0], "prefill": [1.0, 1.0, 1.0], "verdict": "same",
+            "launches": 2}
+    extra["tabbyapi_subset"] = {"of": "minimal", "digest": subset.digest, "cost": cost}
+    stamp = minimized_stamp(study.user_attrs["champion"]["trial"], champion, study.user_attrs["champion"]["round"])
+    study.set_user_attr(MINIMIZATION_ATTR, result.to_dict() | {"extra": extra, "minimized": stamp})
     return url, result.to_dict()
 
 

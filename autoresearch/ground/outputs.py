@@ -39,8 +39,7 @@ def report_path(storage_shown: str) -> Path:
 def settle_reading_command(args: argparse.Namespace, storage_shown: str) -> None:
     """Fill in the study and the output `report`/`export` were not given (in `args`), and refuse at once
     (PlanError, one line) an output that cannot be written. `args.storage` is the database to read."""
-    if args.study is None:
-        args.study = study_to_read(args.storage, storage_shown)
+    args.study = study_to_read(args.storage, storage_shown, args.study)  # before the model is resolved
     if args.command == "report":
         args.results_md = args.results_md or report_path(storage_shown)
         check_writable([(args.results_md, "the report", "--results-md"),

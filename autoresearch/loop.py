@@ -262,7 +262,7 @@ class _Night:
     def minimize(self, champion) -> None:
         """The minimization, its launch bound shrunk to what fits before the deadline (the first cut), and the
         minimal champion's gate; a minimization that does not fit at all is cut, and the confirmed champion stays."""
-        from autoresearch.champion.minimize import changes_of
+        from autoresearch.champion.changes import changes_of
         from serving.config import ServingConfig
 
         plan, study, progress, clock = self.plan, self.study, self.progress, self.clock

@@ -185,7 +185,7 @@ def minimize_launches(per_config: int, max_launches: int | None, changes: int, *
 
 def _champion_changes(study: optuna.Study) -> int:
     """The changes of the best candidate so far (what the minimization will remove), else ASSUMED_CHANGES."""
-    from autoresearch.champion.minimize import changes_of
+    from autoresearch.champion.changes import changes_of
     from autoresearch.crown.finalists import select_finalists
     from autoresearch.measures.ranking import Ranking
     from serving.config import ServingConfig

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoresearch.champion.minimize import Cost, Minimization
+from autoresearch.champion.minimization import Cost, Minimization
 from autoresearch.ground.ranked_by import ENERGY_RANKED
 from serving.config import ServingConfig
 

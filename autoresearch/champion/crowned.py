@@ -5,7 +5,7 @@ digest). A later round that crowns another configuration, or leaves the crown to
 another champion's: export, RESULTS.md and the TabbyAPI export then read none of it, and the loop drops it
 (`drop_dethroned`; a minimization of a configuration crowned again replays the launches it stored). The minimal
 champion replaces the confirmed one only where it was itself shown faster than the baseline
-(autoresearch.champion.minimize.BaselineCheck) and passed the gate (`Minimization.why_not_exported`, which
+(autoresearch.champion.minimization.BaselineCheck) and passed the gate (`Minimization.why_not_exported`, which
 export, its TabbyAPI files and RESULTS.md all ask).
 
 Usage:

@@ -25,7 +25,7 @@ from autoresearch.champion.change_costs import (
     verdict_text,
 )
 from autoresearch.champion.crowned import champion_minimization
-from autoresearch.champion.minimize import Cost, Minimization
+from autoresearch.champion.minimization import Cost, Minimization
 from autoresearch.champion.tabbyapi import TabbyExport, expressible_subset, to_tabbyapi
 from autoresearch.champion.tabbyapi_schema import config_problems
 from autoresearch.crown.finalists import load_champion

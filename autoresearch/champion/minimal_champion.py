@@ -23,13 +23,8 @@ import optuna
 
 from autoresearch.champion.change_costs import MINIMIZATION_ATTR, MINIMIZE_KIND, signed_change
 from autoresearch.champion.crowned import minimized_digest, minimized_stamp
-from autoresearch.champion.minimize import (
-    Launch,
-    Minimization,
-    against_baseline,
-    judge,
-    minimize,
-)
+from autoresearch.champion.minimization import Minimization
+from autoresearch.champion.minimize import Launch, against_baseline, judge, minimize
 from autoresearch.champion.tabbyapi import expressible_subset, to_tabbyapi
 from autoresearch.crown.finalists import Champion, load_champion
 from autoresearch.ground.db import ResultsDB

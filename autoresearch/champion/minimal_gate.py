@@ -10,7 +10,7 @@ minimization (minimal_champion.record_gate): export writes the minimal champion 
 The subset of it that TabbyAPI can run (autoresearch.champion.minimal_champion) is judged alike
 (`gate_tabbyapi_subset`, `<study>:tabbyapi-<digest>`), and `export --format tabbyapi` says its verdict.
 A minimal champion that could not be judged (its launch failed, the suite broke) did not pass. One not shown
-faster than the baseline (autoresearch.champion.minimize.BaselineCheck) is not judged at all: export writes the
+faster than the baseline (autoresearch.champion.minimization.BaselineCheck) is not judged at all: export writes the
 confirmed champion in its place, and so the gate's hour goes to nothing (its verdict says it was not run, and why).
 
 Usage:
@@ -26,7 +26,7 @@ import logging
 import optuna
 
 from autoresearch.champion.minimal_champion import record_gate
-from autoresearch.champion.minimize import Minimization
+from autoresearch.champion.minimization import Minimization
 from autoresearch.checks.judging import TierRunner
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import BaselineFailed

@@ -19,7 +19,7 @@ import pytest
 from autoresearch.__main__ import main, make_plan
 from autoresearch.champion.change_costs import MINIMIZATION_ATTR
 from autoresearch.champion.minimal_champion import KIND, _Launcher, minimize_champion
-from autoresearch.champion.minimize import Minimization
+from autoresearch.champion.minimization import Minimization
 from autoresearch.cli import parse_args
 from autoresearch.crown.finalists import Champion
 from autoresearch.ground.db import ResultsDB

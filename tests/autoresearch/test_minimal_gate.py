@@ -17,7 +17,7 @@ from autoresearch.champion.change_costs import MINIMIZATION_ATTR
 from autoresearch.champion.crowned import minimized_stamp
 from autoresearch.champion.export import _exported_config
 from autoresearch.champion.minimal_gate import gate_minimal
-from autoresearch.champion.minimize import BaselineCheck, Cost, Minimization
+from autoresearch.champion.minimization import BaselineCheck, Cost, Minimization
 from autoresearch.crown.finalists import load_champion
 from eval.fidelity import load_fidelity_measurement
 from eval.records import FidelityMetrics

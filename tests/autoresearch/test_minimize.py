@@ -8,15 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from autoresearch.champion.minimize import (
-    Launch,
-    Minimization,
-    MinimizeError,
-    changes_of,
-    launch_bound,
-    minimize,
-    without,
-)
+from autoresearch.champion.changes import changes_of, without
+from autoresearch.champion.minimization import Minimization
+from autoresearch.champion.minimize import Launch, MinimizeError, launch_bound, minimize
 from serving.config import ServingConfig
 
 BASELINE = ServingConfig.from_dict({"engine": "exllamav3"})

@@ -218,8 +218,9 @@ def _with_minimization(tmp_path, *, gate: dict | None) -> tuple[str, dict]:
     import optuna
 
     from autoresearch.champion.change_costs import MINIMIZATION_ATTR
+    from autoresearch.champion.changes import changes_of
     from autoresearch.champion.crowned import minimized_stamp
-    from autoresearch.champion.minimize import Launch, changes_of, minimize
+    from autoresearch.champion.minimize import Launch, minimize
     from autoresearch.champion.tabbyapi import expressible_subset
 
     db = tmp_path / "results.db"

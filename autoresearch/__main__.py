@@ -6,8 +6,8 @@ Usage:
                            [--study NAME] [--storage URL]
     python -m autoresearch export [--study NAME] [--storage URL] [--out champion.json] [--format serving|tabbyapi]
     python -m autoresearch report [--study NAME] [--storage URL]
-    python -m autoresearch plan --hours H (--study NAME | --decode-tok-s R --prefill-tok-s R [--answer-tokens N])
-                           # what a night buys, without running: trials, task-tier judgments, power
+    python -m autoresearch plan --hours H [--study NAME | --decode-tok-s R --prefill-tok-s R [--answer-tokens N]]
+                           # what a night buys, without running (default: the database's only study's rates)
     python -m autoresearch sweep --model DIR --baseline B.json --candidate NAME=C.json ... --db URL
                            # fidelity only: the baseline protocol, then each candidate in a fresh launch
     python -m autoresearch workload --suite offline --out workload.json   # the suite's tasks for bench --workload
@@ -24,7 +24,6 @@ import argparse
 import contextlib
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,9 +44,10 @@ def make_plan(args: argparse.Namespace):
     from autoresearch.night_plan import stated_from_args
     from search_space import gpu_memory_bytes, parse_bytes
     from serving.config import engine_for_checkpoint
+    from serving.synthetic.embedded import default_cache_dir
 
     _check_flags(args)  # before the model is hashed and the workload built (seconds to minutes)
-    cache_dir = Path(os.environ.get("AUTORESEARCH_CACHE", Path.home() / ".cache" / "exl3-autoresearch"))
+    cache_dir = default_cache_dir()
     stored = stored_study(args.storage, args.study) if args.command != "run" and args.study else None
     if stored is not None:  # report/export of a stored study: what it was made with, no weights needed
         model = model_of_study(stored, locks_dir=Path("locks"))
@@ -298,6 +298,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StorageError as exc:
         print(f"StorageError: {exc}", file=sys.stderr)
         return 2
+    except PlanError as exc:  # refused before the database was read
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 def _command(args: argparse.Namespace) -> int:
@@ -308,11 +311,15 @@ def _command(args: argparse.Namespace) -> int:
     shown = args.storage
     try:
         with contextlib.ExitStack() as stack:
-            stated_plan = args.command == "plan" and not args.study  # rates stated: no database needed
-            if args.command != "run" and not stated_plan:  # reports and exports only read: a snapshot
+            stated_plan = args.command == "plan" and not args.study and _rates_stated(args)  # no database needed
+            if args.command != "run" and not stated_plan:  # reports, exports and plans only read: a snapshot
                 try:
                     args.storage = stack.enter_context(readable_storage(args.storage))
                 except FileNotFoundError as exc:  # only this: a missing file elsewhere is no missing database
+                    if args.command == "plan" and not args.study:
+                        raise PlanError(f"plan: no database at {shown} to read a study's rates from: state the "
+                                        "machine's rates (--decode-tok-s and --prefill-tok-s, and --answer-tokens), "
+                                        "or pass --storage") from exc
                     raise StorageError(f"no database at {shown}: run the loop first, or pass --storage") from exc
             return _run_command(args, shown)
     except sqlalchemy.exc.DatabaseError as exc:  # corrupt, not a database, locked, unreachable server
@@ -320,11 +327,22 @@ def _command(args: argparse.Namespace) -> int:
             from exc
 
 
-def _plan_command(args: argparse.Namespace) -> int:
-    """The night plan from a stored study or stated rates: no model, no GPU needed."""
-    from autoresearch.ground.stored_study import stored_concurrency, stored_study
+def _rates_stated(args: argparse.Namespace) -> bool:
+    """`plan` was given the machine's decode and prefill rates: it plans from them, without a database."""
+    from autoresearch.night_plan import stated_from_args
+
+    stated = stated_from_args(args)
+    return "decode_tok_s" in stated and "prefill_tok_s" in stated
+
+
+def _plan_command(args: argparse.Namespace, shown_storage: str) -> int:
+    """The night plan from a stored study (--study, default the database's only one) or stated rates: no model,
+    no GPU needed."""
+    from autoresearch.ground.stored_study import stored_concurrency, stored_study, study_to_read
     from autoresearch.night_plan import plan_command
 
+    if args.study or not _rates_stated(args):
+        args.study = study_to_read(args.storage, shown_storage, args.study)
     stored = stored_study(args.storage, args.study) if args.study else None
     suite = args.suite or (stored or {}).get("suite") or "offline"
     if suite == "none":
@@ -342,7 +360,7 @@ def _plan_command(args: argparse.Namespace) -> int:
 def _run_command(args: argparse.Namespace, shown_storage: str) -> int:
     try:
         if args.command == "plan":
-            return _plan_command(args)
+            return _plan_command(args, shown_storage)
         if args.command in ("export", "report"):
             from autoresearch.ground.outputs import settle_reading_command
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from autoresearch.night_plan import add_rate_arguments
 from eval.policy_args import add_task_policy_arguments
@@ -31,6 +32,14 @@ _FORMATTER = argparse.RawDescriptionHelpFormatter
 _EPILOG = ("Exit status: 0 done, 1 the run failed (plan: the night cannot make its claim), 2 usage or storage error,\n"
            "130 interrupted (Ctrl-C). Ordinary failures are one line on stderr; tracebacks go to\n"
            "runs/<study>/loop.log (and the terminal with -v).")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose refusal is one plain line and exit status 2, naming the help that lists the flags (its
+    default prints the whole usage first); the commands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (flags: {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,7 +68,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    top = argparse.ArgumentParser(
+    top = _Parser(
         prog="python -m autoresearch", formatter_class=_FORMATTER, epilog=_EPILOG,
         description="Find the fastest serving configuration that keeps the model's intelligence.\n\n"
                     "With no command, or with the run's flags first, it runs the study: python -m autoresearch "
@@ -73,7 +82,8 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
             formatter_class=_FORMATTER, epilog=_EPILOG),
         "export": commands.add_parser(
             "export", help="write the champion as a serving config (or TabbyAPI's files), from the database alone",
-            description="Write a study's champion (the minimal champion once it passed the gate) as this "
+            description="Write a study's champion (the minimal champion once it was shown faster than the baseline and "
+                        "passed the gate) as this "
                         "project's serving config or as TabbyAPI's config.yml + exl3.env, from the database alone.",
             formatter_class=_FORMATTER, epilog=_EPILOG),
         "report": commands.add_parser(
@@ -82,9 +92,9 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
             formatter_class=_FORMATTER, epilog=_EPILOG),
         "plan": commands.add_parser(
             "plan", help="what --hours buys, without running: trials, task-tier judgments, power",
-            description="The night plan without running, from a stored study (--study, --storage) or from rates "
-                        "stated for a machine one does not have (--decode-tok-s, --prefill-tok-s, "
-                        "--answer-tokens). Exit status 1 when the night cannot make its claim.",
+            description="The night plan without running, from a stored study (--study, default the database's only "
+                        "study; --storage) or from rates stated for a machine one does not have (--decode-tok-s, "
+                        "--prefill-tok-s, --answer-tokens). Exit status 1 when the night cannot make its claim.",
             formatter_class=_FORMATTER, epilog=_EPILOG),
     }
     for name, text in OWN_PARSERS.items():
@@ -231,11 +241,12 @@ def _add_crown(parser: argparse.ArgumentParser, *, rank: bool = True) -> None:
     crown.add_argument("--minimize", action=argparse.BooleanOptionalAction, default=None,
                        help="after the champion is confirmed, remove its changes one at a time (cheapest first) "
                        "while it stays as fast on request time (with --rank-by energy: uses no more energy per "
-                       "request); export writes that minimal champion "
-                       "(default: on with --model, off for the embedded default)")
+                       "request); export writes that minimal champion once it is shown faster than the baseline and "
+                       "passed the gate (default: on with --model, off for the embedded default)")
     crown.add_argument("--minimize-launches", type=int, default=2,
                        help="fresh launches of each configuration per minimization round (default 2); with n "
-                       "changes it makes at most L x (5n + 1) launches")
+                       "changes it makes at most L x (5n + 3) launches (the last 2L: the minimal champion against the "
+                       "baseline)")
     crown.add_argument("--minimize-max-launches", type=int, help="stop the minimization after this many launches")
 
 

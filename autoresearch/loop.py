@@ -12,6 +12,8 @@ import time
 
 import optuna
 
+from autoresearch.champion.change_costs import gate_words
+from autoresearch.champion.crowned import drop_dethroned
 from autoresearch.champion.minimal_champion import minimize_champion
 from autoresearch.champion.minimal_gate import gate_minimal, gate_tabbyapi_subset
 from autoresearch.checks.judging import JUDGED
@@ -296,7 +298,7 @@ class _Night:
     def minimize(self, champion) -> None:
         """The minimization, its launch bound what fits before the deadline with its gates kept (the first cut), and
         the gates that follow it; one that does not fit at all is cut: the confirmed champion stays, not minimized."""
-        from autoresearch.champion.minimize import changes_of
+        from autoresearch.champion.changes import changes_of
         from serving.config import ServingConfig
 
         plan, study, progress, clock = self.plan, self.study, self.progress, self.clock
@@ -328,11 +330,10 @@ class _Night:
                 progress.stage(TABBYAPI_GATE)
                 subset = gate_tabbyapi_subset(plan, study, self.db, self.store, self.runner.tier, minimization)
             if subset is not None:
-                print(f"TabbyAPI subset: gate {'passed' if subset['passed'] else 'failed'}: {subset['reason']}")
+                print(f"TabbyAPI subset: gate {gate_words(subset)}")
         self.report()
         print(f"minimal champion: {len(minimization.kept)} of {len(minimization.changes)} changes kept "
-              f"({minimization.launches} launches of at most {minimization.bound}); gate "
-              f"{'passed' if verdict['passed'] else 'failed'}: {verdict['reason']}")
+              f"({minimization.launches} launches of at most {minimization.bound}); gate {gate_words(verdict)}")
 
     def run(self) -> int:
         self.search()
@@ -342,6 +343,8 @@ class _Night:
             self.report()
             print(f"finalists: {exc}")
             return 0
+        if dropped := drop_dethroned(self.study):  # the crown moved: that minimization is another champion's
+            print(dropped)
         self.report()
         if champion is not None and self.plan.minimize and not champion.is_baseline:
             self.minimize(champion)

@@ -17,7 +17,7 @@ from autoresearch.checks.task_tier import first_answers
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.plan import RunPlan
 from autoresearch.ground.study import baseline_trial, is_baseline
-from autoresearch.night.clock import least_minimization, tabbyapi_subset_launches
+from autoresearch.night.clock import least_minimization, tabbyapi_subset_launches, versus_baseline_launches
 from autoresearch.night.forecast import SCOPES, Forecast, plan_night
 from autoresearch.night.rates import (
     PROJECT_SHAPE,
@@ -198,12 +198,13 @@ def minimize_launches(per_config: int, max_launches: int | None, changes: int, *
                       tabbyapi: bool) -> tuple[float, float]:
     """The minimization's launches for a champion of `changes` changes: (least, full). Full: its ranking round and
     each change tried once (per_config x (3 changes + 1); autoresearch.champion.minimize's bound allows 5 changes
-    + 1). Least: its ranking round and one attempt (autoresearch.night.clock.least_minimization: the least that
+    + 1) and the minimal champion's round against the baseline. Least: its ranking round, one attempt and that round (autoresearch.night.clock.least_minimization: the least that
     minimizes anything, the clock's cut rule; the night plan's policy keeps the minimization only where this and
     its gates fit in its share of the night). Each at most --minimize-max-launches, and with the exllamav3 engine
     the TabbyAPI subsets' (3 x per_config)."""
     extra = tabbyapi_subset_launches(per_config) if tabbyapi else 0
-    full, least = per_config * (3 * changes + 1), least_minimization(per_config, changes)
+    full = per_config * (3 * changes + 1) + versus_baseline_launches(per_config)
+    least = least_minimization(per_config, changes)
     if max_launches is not None:
         full, least = min(full, max_launches), min(least, max_launches)
     return float(min(least, full) + extra), float(full + extra)
@@ -211,7 +212,7 @@ def minimize_launches(per_config: int, max_launches: int | None, changes: int, *
 
 def _champion_changes(study: optuna.Study) -> int:
     """The changes of the best candidate so far (what the minimization will remove), else ASSUMED_CHANGES."""
-    from autoresearch.champion.minimize import changes_of
+    from autoresearch.champion.changes import changes_of
     from autoresearch.crown.finalists import select_finalists
     from autoresearch.measures.ranking import Ranking
     from serving.config import ServingConfig

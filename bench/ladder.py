@@ -246,10 +246,11 @@ class _Session(SessionSetUp):
         settled = False
         budget_s = plan.point_time_s
         started = time.monotonic()
-        while len(runs) < (SAFETY_REPEATS if budget_s is not None else plan.max_repeats):
+        late_warmups = 0  # runs a trend showed to be warm-ups: moved to `warmups`, so they count neither way
+        while (len(runs) + late_warmups < SAFETY_REPEATS) if budget_s is not None else len(runs) < plan.max_repeats:
             valid = sum(r.is_valid for r in runs)
             if budget_s is not None and time.monotonic() - started >= budget_s and (
-                    valid >= plan.min_repeats or len(runs) >= plan.max_repeats):
+                    valid >= plan.min_repeats or len(runs) + late_warmups >= plan.max_repeats):
                 break  # its share of the bench's time is spent (a point whose runs all fail stops at the count)
             prompt = make_prompt(scale.chars_for(target), self._next_serial())
             result = self._send("measure", key, prompt, target, max_tokens, ignore_eos=ignore_eos)
@@ -270,11 +271,16 @@ class _Session(SessionSetUp):
             _mark_stalls(key, runs, rate)
             scale = self._refit(scale, seen, prompt, result)
             values = [v for r in runs if r.is_valid and (v := getattr(r, rate)) is not None]
-            if (trend := trending(values, target_rel_ci)) is not None:  # the earliest valid run was a warm-up
+            trend = trending(values, target_rel_ci)
+            if trend is not None and (budget_s is not None or late_warmups < plan.max_repeats):
+                # the earliest valid run was a warm-up after all: it joins them, and a run takes its place
                 first = next(i for i, r in enumerate(runs) if r.is_valid and getattr(r, rate) is not None)
-                runs[first] = dataclasses.replace(runs[first], invalid_reason=(
+                warmups.append(dataclasses.replace(runs.pop(first), invalid_reason=(
                     f"warm-up: the point's runs still trended ({trend:+.1%} from the runs before the last "
-                    f"{TREND_WINDOW}), so this early run was set aside"))
+                    f"{TREND_WINDOW}), so this early run was set aside")))
+                late_warmups += 1
+                continue
+            if trend is not None:  # no run left to replace it: the point ends at its count, not steady
                 continue
             summary = summarize(values) if values else None
             if is_settled(summary, min_n=plan.min_repeats, target_rel_ci=target_rel_ci):

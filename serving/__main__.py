@@ -3,6 +3,7 @@
 Usage:
     python -m serving --model DIR --config FILE.json [--host 127.0.0.1] [--port 18020] [--api-key-file PATH]
                       [--draft-model DIR]
+    python -m serving --model embedded:tiny [--config champion.json]   # the embedded default's tiny model (CPU)
 
 The config's EXL3_* variables are set here, before anything imports exllamav3: this module is the
 only place that touches os.environ, and each configuration gets a fresh process.
@@ -27,7 +28,9 @@ log = logging.getLogger("serving")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m serving", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, type=Path, help="model folder (EXL3 or Hugging Face format)")
+    parser.add_argument("--model", required=True, type=Path,
+                        help="model folder (EXL3 or Hugging Face format), or embedded:tiny: the tiny synthetic model "
+                        "`python -m autoresearch` runs without --model (generated once into AUTORESEARCH_CACHE)")
     parser.add_argument("--config", type=Path, help="serving config JSON (see serving/README.md); "
                         "absent: the engine's defaults")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind; anything but loopback needs --api-key-file")
@@ -71,9 +74,12 @@ def prepare(args: argparse.Namespace):
     from serving.chat_template import ChatTemplate
     from serving.config import ServingConfig, engine_for_checkpoint
     from serving.errors import ConfigError
+    from serving.synthetic.embedded import EMBEDDED_DEFAULT, default_cache_dir, embedded_model_dir
 
+    if str(args.model) == EMBEDDED_DEFAULT:  # what the embedded default's export prints
+        args.model = embedded_model_dir(default_cache_dir())
     if not args.model.is_dir():
-        raise ConfigError(f"--model {args.model} is not a folder")
+        raise ConfigError(f"--model {args.model} is not a folder (nor {EMBEDDED_DEFAULT}, the embedded default)")
     api_key = read_api_key(args.api_key_file) if args.api_key_file else None
     if api_key is None and not is_loopback(args.host):
         raise ConfigError(f"refusing to listen on non-loopback address {args.host} without --api-key-file")

@@ -6,17 +6,18 @@ the minimal champion keeps it; in a study ranked by energy, its energy per reque
 verdicts in energy's words. Nothing is measured here; the numbers are the stored record's.
 
 Usage:
-    table = read_change_costs(study.user_attrs.get("minimization"))
+    table = read_change_costs(stored, champion_config)   # stored: the champion's own (autoresearch.champion.crowned)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoresearch.champion.minimize import Cost, Minimization
+from autoresearch.champion.minimization import Cost, Minimization
 from autoresearch.ground.ranked_by import ENERGY_RANKED
+from serving.config import ServingConfig
 
-__all__ = ["MINIMIZATION_ATTR", "MINIMIZE_KIND", "ChangeCostRow", "ChangeCosts", "SUBSET_OF", "cost_text",
+__all__ = ["MINIMIZATION_ATTR", "MINIMIZE_KIND", "ChangeCostRow", "ChangeCosts", "SUBSET_OF", "cost_text", "gate_words",
            "read_change_costs", "signed_change", "tabbyapi_subsets", "tried_subsets", "verdict_text"]
 
 MINIMIZATION_ATTR = "minimization"
@@ -50,6 +51,12 @@ def verdict_text(cost: Cost) -> str:
     return cost.measure.words(cost.verdict)
 
 
+def gate_words(gate: dict) -> str:
+    """A stored gate verdict as RESULTS.md and the loop say it: passed, failed, or not run and why."""
+    word = "passed" if gate["passed"] else "not run" if gate.get("judged") is False else "failed"
+    return f"{word}: {gate['reason']}"
+
+
 @dataclass(frozen=True)
 class ChangeCostRow:
     change: str  # e.g. "draft_mode=ngram"
@@ -75,6 +82,8 @@ class ChangeCosts:
     gate: str | None  # the minimal champion's gate verdict, as stored
     tabbyapi: tuple[str, ...] = ()  # each expressible subset measured for TabbyAPI, with its cost; the exported one said
     by_energy: bool = False  # the removals were judged on energy per request (--rank-by energy)
+    versus_baseline: str | None = None  # the minimal champion's own speed-up against the baseline (None: it is the champion)
+    exported: str | None = None  # which of the two `export` writes, and why
 
 
 SUBSET_OF = {"minimal": "the minimal champion's", "champion": "the confirmed champion's"}
@@ -118,11 +127,18 @@ def _row(m: Minimization, name: str) -> ChangeCostRow:
                          energy=signed_change(cost.energy, time=True) if cost and cost.energy else "-")
 
 
-def read_change_costs(stored: dict | None) -> ChangeCosts | None:
-    """The table of a stored minimization (the study's user attribute), or None when none ran."""
+def read_change_costs(stored: dict | None, champion: ServingConfig | None = None) -> ChangeCosts | None:
+    """The table of a stored minimization of the confirmed `champion` (the study's user attribute), or None when
+    none ran; with `champion`, which of the two export writes."""
     if not stored:
         return None
     m = Minimization.from_dict(stored)
+    exported = None
+    if champion is not None:
+        why = m.why_not_exported(champion)
+        exported = ("`export` writes the confirmed champion: the minimal champion is it" if m.minimal == champion
+                    else f"`export` writes the confirmed champion: {why}" if why
+                    else "`export` writes the minimal champion")
     accepted = [a for a in m.attempts if a.accepted]
     kept = [str(c) for c in m.changes if c.name in m.kept]
     gate = m.extra.get("gate")
@@ -130,6 +146,7 @@ def read_change_costs(stored: dict | None) -> ChangeCosts | None:
                        launches=m.launches, bound=m.bound, complete=m.complete, attempts=len(m.attempts),
                        minimal_changes=", ".join(kept) or "(none: the baseline)",
                        minimal_cost=signed_change(accepted[-1].cost.ranked, time=True) if accepted else None,
-                       gate=None if gate is None else f"{'passed' if gate['passed'] else 'failed'}: {gate['reason']}",
+                       gate=None if gate is None else gate_words(gate),
                        tabbyapi=tabbyapi_subsets(m.extra.get("tabbyapi_subset")),
-                       by_energy=m.ranked_by == ENERGY_RANKED)
+                       by_energy=m.ranked_by == ENERGY_RANKED,
+                       versus_baseline=m.versus_baseline.text() if m.versus_baseline else None, exported=exported)

@@ -1,10 +1,13 @@
 """The champion as a serving config: this project's, or TabbyAPI's config.yml + exl3.env.
 
-`export` writes the minimal champion (autoresearch.champion.minimize) once it has passed the gate, else the
-confirmed champion; `--full-champion` always writes the confirmed one. The TabbyAPI export says, in its
-files' header and on the terminal, whether what TabbyAPI runs passed the gate (the subset of settings
-it can express is judged by the loop like any candidate), and checks its config.yml against
-TabbyAPI's schema once written."""
+`export` writes what the stored verdicts crowned: the confirmed champion, or the minimal champion of its own
+minimization (autoresearch.champion.crowned: never another champion's) once it was shown faster than the
+baseline and passed the gate (Minimization.why_not_exported); `--full-champion` always writes the confirmed
+one. It prints the speed-up of what it wrote, with its interval. The TabbyAPI export says, in its files'
+header and on the terminal, whether what TabbyAPI runs passed the gate (the subset of settings it can
+express is judged by the loop like any candidate), and checks its config.yml against TabbyAPI's schema.
+Every file is written beside its place, read back and checked, then moved there: a refused one leaves
+nothing (autoresearch.ground.outputs.write_checked)."""
 
 from __future__ import annotations
 
@@ -15,19 +18,19 @@ import optuna
 import yaml
 
 from autoresearch.champion.change_costs import (
-    MINIMIZATION_ATTR,
     SUBSET_OF,
     cost_text,
     signed_change,
     tried_subsets,
     verdict_text,
 )
-from autoresearch.champion.minimize import Cost, Minimization
+from autoresearch.champion.crowned import champion_minimization
+from autoresearch.champion.minimization import Cost, Minimization
 from autoresearch.champion.tabbyapi import TabbyExport, expressible_subset, to_tabbyapi
 from autoresearch.champion.tabbyapi_schema import config_problems
 from autoresearch.crown.finalists import load_champion
-from autoresearch.ground.errors import StudyError
-from autoresearch.ground.outputs import EXPORT_DEFAULTS
+from autoresearch.ground.errors import PlanError, StudyError
+from autoresearch.ground.outputs import EXPORT_DEFAULTS, write_checked
 from autoresearch.ground.plan import RunPlan
 from autoresearch.ground.ranked_by import ranking_label
 from autoresearch.ground.study import load_stored_study, model_is_hybrid
@@ -37,32 +40,54 @@ __all__ = ["export_champion"]
 
 
 def _exported_config(study: optuna.Study, champion: dict, *, full: bool) -> tuple[ServingConfig, str, Minimization | None]:
-    """The config `export` writes: the minimal champion once it passed the gate, else the confirmed one."""
+    """The config `export` writes: the minimal champion of the champion's own minimization once it replaces the
+    confirmed champion, else the confirmed one; with the words that name it, and that minimization."""
     config = ServingConfig.from_dict(champion["config"])  # validated before anyone serves it
     who = "the baseline" if champion["is_baseline"] else f"trial {champion['trial']}"
-    stored = study.user_attrs.get(MINIMIZATION_ATTR)
+    stored, stale = champion_minimization(study)
+    if stale:
+        print(stale, file=sys.stderr)
     minimization = Minimization.from_dict(stored) if stored else None
-    if minimization is None or full:
-        cut = next((c for c in (study.user_attrs.get("night") or {}).get("cuts") or [] if c.startswith("not minimized")),
-                   None)  # the night's clock cut the minimization (autoresearch.night.clock): said, not hidden
-        return config, f"{who} (the confirmed champion{'; not minimized: the night was too short' if cut else ''})", \
-            minimization
-    gate = minimization.extra.get("gate")
-    if gate is None or not gate["passed"]:
-        why = "its gate has not been run" if gate is None else f"it failed the gate: {gate['reason']}"
+    cut = next((c for c in (study.user_attrs.get("night") or {}).get("cuts") or [] if c.startswith("not minimized")),
+               None)  # the night's clock cut the minimization (autoresearch.night.clock): said, not hidden
+    confirmed = f"{who} (the confirmed champion{'; not minimized: the night was too short' if cut else ''})"
+    if minimization is None or full or minimization.minimal.digest == config.digest:
+        return config, confirmed, minimization
+    why = minimization.why_not_exported(config)
+    if why is not None:
         print(f"the minimal champion is not exported: {why}; exporting the confirmed champion", file=sys.stderr)
-        return config, f"{who} (the confirmed champion)", minimization
+        return config, confirmed, minimization
     kept = len(minimization.kept)
     return minimization.minimal, f"the minimal champion ({kept} of {who}'s {len(minimization.changes)} changes)", \
         minimization
 
 
+def _speed_words(champion: dict, config: ServingConfig, minimization: Minimization | None) -> str:
+    """The measured speed-up of what is written, with its interval: the minimal champion's own against the
+    baseline, or the confirmed champion's as the finalists' stage measured it."""
+    if minimization is not None and config.digest == minimization.minimal.digest and \
+            minimization.versus_baseline is not None:
+        return minimization.versus_baseline.text()
+    speed = champion.get("speed") or {}
+    interval = f" [{speed['interval'][0]:.3f}, {speed['interval'][1]:.3f}]" if speed.get("interval") else ""
+    return (f"decode {champion['decode_tok_per_s']:.2f} tok/s, prefill {champion['prefill_tok_per_s']:.1f} tok/s "
+            f"({champion['speedup']:.3f}x{interval} the baseline as confirmed, by "
+            f"{ranking_label(champion.get('ranked_by'))})")
+
+
 def export_champion(plan: RunPlan, out: Path | None, *, fmt: str = "serving", full: bool = False) -> int:
-    """Write the champion as this project's serving config (`serving`) or as TabbyAPI's files (`tabbyapi`)."""
+    """Write the champion as this project's serving config (`serving`) or as TabbyAPI's files (`tabbyapi`).
+
+    Raises:
+        PlanError: the study has no champion yet, or TabbyAPI cannot serve its engine (nothing is written).
+    """
     study = load_stored_study(plan)
     champion = load_champion(study)
     if champion is None:
-        raise StudyError(f"study {plan.study_name} has no champion yet: the loop decides it after its last trial")
+        raise PlanError(f"study {plan.study_name} has no champion yet: the loop decides it after its last trial")
+    if fmt == "tabbyapi" and plan.engine != "exllamav3":
+        raise PlanError(f"export --format tabbyapi: study {plan.study_name} ran the {plan.engine} engine, and "
+                        "TabbyAPI serves exllamav3 checkpoints only (export it with --format serving)")
     config, who, minimization = _exported_config(study, champion, full=full)
     if fmt == "tabbyapi":
         best = (minimization.extra.get("tabbyapi_subset") or {}) if minimization else {}
@@ -73,12 +98,15 @@ def export_champion(plan: RunPlan, out: Path | None, *, fmt: str = "serving", fu
                    f"were measured {better} than the minimal champion's)")
         return _export_tabbyapi(plan, study, config, who, minimization, out or EXPORT_DEFAULTS["tabbyapi"], champion)
     out = out or EXPORT_DEFAULTS["serving"]
-    out.write_text(config.to_json() + "\n")
-    print(f"wrote {out}: {who}, decode {champion['decode_tok_per_s']:.2f} tok/s, prefill "
-          f"{champion['prefill_tok_per_s']:.1f} tok/s ({champion['speedup']:.3f}x the baseline as confirmed, by "
-          f"{ranking_label(champion.get('ranked_by'))})")
+    write_checked({out: config.to_json() + "\n"}, lambda read: _same_config(read[out], config, out))
+    print(f"wrote {out}: {who}, {_speed_words(champion, config, minimization)}")
     print(f"serve it:\n  python -m serving --model {plan.model.path} --config {out}")
     return 0
+
+
+def _same_config(text: str, config: ServingConfig, out: Path) -> None:
+    if ServingConfig.from_json(text).digest != config.digest:
+        raise StudyError(f"{out} read back as another configuration than the one written")
 
 
 def _tabbyapi_gate(runs: ServingConfig, champion: dict, minimization: Minimization | None) -> tuple[bool, str]:
@@ -91,8 +119,8 @@ def _tabbyapi_gate(runs: ServingConfig, champion: dict, minimization: Minimizati
         verdicts.append((minimization.minimal.digest, minimization.extra.get("gate"), "the minimal champion"))
         subset = minimization.extra.get("tabbyapi_subset") or {}
         verdicts.append((subset.get("digest"), subset.get("gate"), "the TabbyAPI subset"))
-    for digest, gate, what in verdicts:
-        if digest == runs.digest and gate is not None:
+    for digest, gate, what in verdicts:  # a verdict is of the configuration it judged (stored with it since #47)
+        if gate is not None and gate.get("digest", digest) == runs.digest and gate.get("judged") is not False:
             return gate["passed"], f"{'passed' if gate['passed'] else 'FAILED'} ({what}'s gate): {gate['reason']}"
     return False, ("NOT JUDGED: no gate judged what TabbyAPI runs (the settings it cannot express at the values it "
                    "uses instead); a removal can expose an interaction, so its fidelity and tasks are unknown. The "
@@ -102,28 +130,31 @@ def _tabbyapi_gate(runs: ServingConfig, champion: dict, minimization: Minimizati
 def _export_tabbyapi(plan: RunPlan, study: optuna.Study, config: ServingConfig, who: str,
                      minimization: Minimization | None, out: Path, champion: dict) -> int:
     """Write config.yml, exl3.env and NOT-EXPRESSED.md, each saying whether what TabbyAPI runs passed the gate;
-    config.yml is read back and checked against TabbyAPI's schema (a key it does not know it drops silently).
+    config.yml is read back and checked against TabbyAPI's schema (a key it does not know it drops silently)
+    before any of the three takes its place.
 
     Raises:
-        StudyError: the written config.yml holds a key or value TabbyAPI would drop or refuse.
+        StudyError: the written config.yml holds a key or value TabbyAPI would drop or refuse (nothing is left).
     """
-    if config.engine != "exllamav3":
-        raise StudyError(f"study {plan.study_name} ran the {config.engine} engine; TabbyAPI serves exllamav3 checkpoints")
     hybrid = model_is_hybrid(study)
     export = to_tabbyapi(config, model_path=plan.model.path, hybrid=hybrid)
     runs = config if export.equivalent else expressible_subset(config, hybrid=hybrid)
     passed, gate = _tabbyapi_gate(runs, champion, minimization)
-    out.mkdir(parents=True, exist_ok=True)
     head = (f"# {who} of study {plan.study_name}, exported by `python -m autoresearch export --format tabbyapi`\n"
             f"# gate of what TabbyAPI runs (config digest {runs.digest[:12]}): {gate}\n")
-    (out / "config.yml").write_text(head + yaml.safe_dump(export.config, sort_keys=False))
-    problems = config_problems(yaml.safe_load((out / "config.yml").read_text()))
-    if problems:
-        raise StudyError(f"{out}/config.yml holds what TabbyAPI would drop or refuse: {'; '.join(problems)}")
-    (out / "exl3.env").write_text(head + "".join(f"{k}={v}\n" for k, v in export.env.items()))
     lines = _not_expressed(export, config, minimization, hybrid=hybrid)
-    (out / "NOT-EXPRESSED.md").write_text(f"# What TabbyAPI cannot express of {who}\n\n" + "\n".join(lines)
-                                          + f"\n\nGate of what TabbyAPI runs: {gate}\n")
+    files = {out / "config.yml": head + yaml.safe_dump(export.config, sort_keys=False),
+             out / "exl3.env": head + "".join(f"{k}={v}\n" for k, v in export.env.items()),
+             out / "NOT-EXPRESSED.md": f"# What TabbyAPI cannot express of {who}\n\n" + "\n".join(lines)
+             + f"\n\nGate of what TabbyAPI runs: {gate}\n"}
+
+    def check(read: dict[Path, str]) -> None:
+        problems = config_problems(yaml.safe_load(read[out / "config.yml"]))
+        if problems:
+            raise StudyError(f"{out}/config.yml holds what TabbyAPI would drop or refuse (nothing was written): "
+                             f"{'; '.join(problems)}")
+
+    write_checked(files, check)
     print(f"wrote {out}/config.yml, {out}/exl3.env and {out}/NOT-EXPRESSED.md: {who}")
     print("\n".join(lines))
     print(f"gate of what TabbyAPI runs: {gate}")

@@ -22,9 +22,11 @@ import logging
 import optuna
 
 from autoresearch.champion.change_costs import MINIMIZATION_ATTR, MINIMIZE_KIND, signed_change
-from autoresearch.champion.minimize import Launch, Minimization, judge, minimize
+from autoresearch.champion.crowned import minimized_digest, minimized_stamp
+from autoresearch.champion.minimization import Minimization
+from autoresearch.champion.minimize import Launch, against_baseline, judge, minimize
 from autoresearch.champion.tabbyapi import expressible_subset, to_tabbyapi
-from autoresearch.crown.finalists import Champion
+from autoresearch.crown.finalists import Champion, load_champion
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import Unmeasured
 from autoresearch.ground.plan import RunPlan
@@ -33,6 +35,7 @@ from autoresearch.ground.study import baseline_trial, model_is_hybrid
 from autoresearch.measures.faster import ENERGY, FASTER, TIME, Measure, measure_of
 from autoresearch.measures.objectives import energy_objectives, objectives_from_bench
 from autoresearch.measures.request_time import RequestMix
+from autoresearch.night.clock import versus_baseline_launches
 from bench import BenchError, BenchResult
 from openai_client import ClientError
 from serving.config import ServingConfig
@@ -100,7 +103,8 @@ def _baseline_mix(study: optuna.Study, db: ResultsDB, plan: RunPlan) -> tuple[Se
 
 
 def minimize_champion(plan: RunPlan, study: optuna.Study, db: ResultsDB, champion: Champion) -> Minimization | None:
-    """Minimize the confirmed champion once (stored in the study; a resumed loop replays its stored launches).
+    """Minimize the confirmed champion once (stored in the study with the champion it minimized; a resumed loop
+    replays its stored launches, and a minimization of another champion is replaced).
 
     Raises:
         autoresearch.champion.minimize.MinimizeError: the champion could not be measured in some round.
@@ -110,36 +114,52 @@ def minimize_champion(plan: RunPlan, study: optuna.Study, db: ResultsDB, champio
         return None
     config = ServingConfig.from_dict(champion.config)
     stored = study.user_attrs.get(MINIMIZATION_ATTR)
-    if stored and stored.get("champion_digest") == config.digest and \
-            "tried" in (stored.get("extra", {}).get("tabbyapi_subset") or {"tried": ()}):
-        return Minimization.from_dict(stored)
-    # (a minimization stored before both TabbyAPI subsets were measured is replayed from its stored launches,
-    # and measures what it lacks)
+    mine = stored if minimized_digest(stored) == config.digest else None  # another champion's is replaced
     baseline, mix = _baseline_mix(study, db, plan)
     key = config.digest
     ranked = measure_of(study.user_attrs.get(RANKED_BY_ATTR))
     measure = _Launcher(plan, db, mix, key, ranked)
     launches = plan.minimize_launches
+    if mine and "tried" in (mine.get("extra", {}).get("tabbyapi_subset") or {"tried": ()}):
+        done = Minimization.from_dict(mine)
+        if done.versus_baseline is not None or done.minimal.digest == config.digest:
+            return done
+        # stored before the round against the baseline existed: that round alone, its decisions kept
+        done = dataclasses.replace(done, launches=done.launches + versus_baseline_launches(launches),
+                                   versus_baseline=against_baseline(measure, baseline, done.minimal, launches=launches,
+                                                                    ranked=ranked))
+        study.set_user_attr(MINIMIZATION_ATTR, mine | done.to_dict() | {"minimized": _stamp(study, champion, config)})
+        return done
+    # (a minimization stored before both TabbyAPI subsets were measured is replayed from its stored launches, and
+    # measures what it lacks)
     result = minimize(config, baseline, measure, launches=launches, max_launches=plan.minimize_max_launches,
                       ranked=ranked)
     extra = dict(result.extra)
     if result.minimal.digest == config.digest:  # nothing removed: the confirmed champion, already gated
-        extra["gate"] = {"passed": True, "reason": "the minimal champion is the confirmed champion"}
-    elif stored and stored.get("champion_digest") == config.digest and "gate" in stored.get("extra", {}) and \
-            Minimization.from_dict(stored).minimal.digest == result.minimal.digest:
-        extra["gate"] = stored["extra"]["gate"]  # replayed to the same minimal champion: judged once, not again
+        extra["gate"] = {"passed": True, "reason": "the minimal champion is the confirmed champion",
+                         "digest": config.digest}
+    elif mine and "gate" in mine.get("extra", {}) and \
+            Minimization.from_dict(mine).minimal.digest == result.minimal.digest:
+        extra["gate"] = mine["extra"]["gate"]  # replayed to the same minimal champion: judged once, not again
     hybrid = model_is_hybrid(study)
     if config.engine == "exllamav3" and not to_tabbyapi(result.minimal, model_path=plan.model.path,
                                                         hybrid=hybrid).equivalent:
         extra["tabbyapi_subset"] = subset = _tabbyapi_subset(config, result.minimal, measure, launches, hybrid=hybrid,
                                                              ranked=ranked)
-        judged = ((stored or {}).get("extra", {}).get("tabbyapi_subset") or {})
+        judged = ((mine or {}).get("extra", {}).get("tabbyapi_subset") or {})
         if judged.get("gate") is not None and judged.get("digest") == subset["digest"]:
             subset["gate"] = judged["gate"]  # replayed to the same subset: judged once, not again
     result = dataclasses.replace(result, extra=extra)
-    study.set_user_attr(MINIMIZATION_ATTR, result.to_dict() | {"champion_digest": config.digest,
+    study.set_user_attr(MINIMIZATION_ATTR, result.to_dict() | {"minimized": _stamp(study, champion, config),
                                                                "request_mix": mix.to_dict()})
     return result
+
+
+def _stamp(study: optuna.Study, champion: Champion, config: ServingConfig) -> dict:
+    """The champion minimized, with the round that crowned it (as the finalists' stage stored it)."""
+    crowned = load_champion(study) or {}
+    return minimized_stamp(champion.trial, config, crowned.get("round") if crowned.get("trial") == champion.trial
+                           else None)
 
 
 def _tabbyapi_subset(champion: ServingConfig, minimal: ServingConfig, measure: _Launcher, launches: int, *,
@@ -184,10 +204,12 @@ def _tabbyapi_subset(champion: ServingConfig, minimal: ServingConfig, measure: _
 
 
 def record_gate(study: optuna.Study, *, passed: bool, reason: str, decision_id: int | None = None,
-                of: str = "minimal") -> None:
+                of: str = "minimal", judged: bool = True) -> dict:
     """Store a gate verdict (autoresearch.champion.minimal_gate judges like any candidate; its decision row is
-    `decision_id`) with the minimization: of the minimal champion, which export writes once passed, or
-    (`of="tabbyapi_subset"`) of the subset TabbyAPI runs, which export states.
+    `decision_id`) with the minimization, with the digest of the configuration it judged: of the minimal
+    champion, which export writes once passed, or (`of="tabbyapi_subset"`) of the subset TabbyAPI runs, which
+    export states. `judged=False`: the gate was not run (the configuration cannot be exported), and why.
+    Returns the verdict as stored.
 
     Raises:
         ValueError: the study has no minimization (or no TabbyAPI subset) to record a verdict for.
@@ -196,13 +218,16 @@ def record_gate(study: optuna.Study, *, passed: bool, reason: str, decision_id: 
     if not stored:
         raise ValueError("the study has no minimal champion: nothing to record a gate verdict for")
     stored = dict(stored)
-    verdict = {"passed": passed, "reason": reason} | ({"decision_id": decision_id} if decision_id is not None else {})
+    verdict = {"passed": passed, "reason": reason} | ({"decision_id": decision_id} if decision_id is not None else {}) \
+        | ({"judged": False} if not judged else {})
     extra = dict(stored.get("extra", {}))
     if of == "tabbyapi_subset":
         if not extra.get("tabbyapi_subset"):
             raise ValueError("the minimization measured no TabbyAPI subset: nothing to record a gate verdict for")
+        verdict |= {"digest": extra["tabbyapi_subset"]["digest"]}
         extra["tabbyapi_subset"] = {**extra["tabbyapi_subset"], "gate": verdict}
     else:
-        extra["gate"] = verdict
+        extra["gate"] = verdict = verdict | {"digest": ServingConfig.from_dict(stored["minimal"]).digest}
     stored["extra"] = extra
     study.set_user_attr(MINIMIZATION_ATTR, stored)
+    return verdict

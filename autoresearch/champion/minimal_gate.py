@@ -9,7 +9,9 @@ It leaves one decision row, labelled `<study>:minimal-<digest>` (one that could 
 minimization (minimal_champion.record_gate): export writes the minimal champion only once it passed.
 The subset of it that TabbyAPI can run (autoresearch.champion.minimal_champion) is judged alike
 (`gate_tabbyapi_subset`, `<study>:tabbyapi-<digest>`), and `export --format tabbyapi` says its verdict.
-A minimal champion that could not be judged (its launch failed, the suite broke) did not pass.
+A minimal champion that could not be judged (its launch failed, the suite broke) did not pass. One not shown
+faster than the baseline (autoresearch.champion.minimization.BaselineCheck) is not judged at all: export writes the
+confirmed champion in its place, and so the gate's hour goes to nothing (its verdict says it was not run, and why).
 
 Usage:
     verdict = gate_minimal(plan, study, db, store, tier, minimization)   # {"passed": ..., "reason": ...}
@@ -24,7 +26,7 @@ import logging
 import optuna
 
 from autoresearch.champion.minimal_champion import record_gate
-from autoresearch.champion.minimize import Minimization
+from autoresearch.champion.minimization import Minimization
 from autoresearch.checks.judging import TierRunner
 from autoresearch.ground.db import ResultsDB
 from autoresearch.ground.errors import BaselineFailed
@@ -51,9 +53,20 @@ def gate_minimal(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalS
     stored = minimization.extra.get("gate")
     if stored is not None:
         return stored
-    verdict = gate_config(plan, study, db, store, tier, minimization.minimal, "minimal")
-    record_gate(study, **verdict)
-    return verdict
+    if (unexported := _not_faster(minimization)) is not None:
+        return record_gate(study, **unexported)
+    return record_gate(study, **gate_config(plan, study, db, store, tier, minimization.minimal, "minimal"))
+
+
+def _not_faster(minimization: Minimization) -> dict | None:
+    """The verdict of a gate not run because the minimal champion was not shown faster than the baseline (None:
+    it was, or it is the confirmed champion)."""
+    versus = minimization.versus_baseline
+    if versus is None or versus.faster:
+        return None
+    return {"passed": False, "judged": False,
+            "reason": f"the minimal champion was not shown faster than the baseline ({versus.text()}); export writes "
+                      "the confirmed champion"}
 
 
 def gate_tabbyapi_subset(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalStore, tier: TierRunner | None,
@@ -66,9 +79,10 @@ def gate_tabbyapi_subset(plan: RunPlan, study: optuna.Study, db: ResultsDB, stor
         return None
     if subset.get("gate") is not None:
         return subset["gate"]
+    if subset.get("of", "minimal") == "minimal" and (unexported := _not_faster(minimization)) is not None:
+        return record_gate(study, **unexported, of="tabbyapi_subset")  # a subset of what export does not write
     verdict = gate_config(plan, study, db, store, tier, ServingConfig.from_dict(subset["config"]), "tabbyapi")
-    record_gate(study, **verdict, of="tabbyapi_subset")
-    return verdict
+    return record_gate(study, **verdict, of="tabbyapi_subset")
 
 
 def gate_config(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: EvalStore, tier: TierRunner | None,

@@ -5,9 +5,13 @@ along. Ranking round: the champion and each single removal (that setting back at
 value, with the settings that only apply with it) are launched `launches` times, interleaved; a
 removal's cost is its request time against the champion's. Then, cheapest removal first, each one
 is tried on the configuration reached so far, in fresh launches interleaved with fresh launches of
-the champion, and kept out unless autoresearch.measures.faster's rule calls the result slower than the champion
-(request time beyond its noise, or decode or prefill beyond theirs). A change that stayed in is tried again once a later removal changed the configuration it was
+the champion, and kept out unless autoresearch.measures.faster's rule shows the result slower than the champion
+(request time by more than the rule's minimum speed-up, or decode or prefill beyond its tolerance). A change that stayed in is tried again once a later removal changed the configuration it was
 tried on, so the stop rule holds at the end: removing any change still in makes it measurably slower.
+Last, a minimal champion that differs from the champion is launched against the baseline, interleaved: a
+removal is judged against the champion's noise, and removals each inside it can add up to the whole speed-up
+(a change worth 4% removed at [0.938, 0.986] under a 5% margin), so the minimal champion replaces the
+confirmed one only where the same rule calls it faster than the baseline (`Minimization.versus_baseline`).
 
 A study ranked by energy (`ranked=ENERGY`) is minimized by the same rule on its measure: a removal's cost is its
 joules per request against the champion's (beside them, decode and prefill in tokens per joule), its floor
@@ -15,45 +19,36 @@ energy's launch-to-launch noise, and a removal stays out unless the result uses 
 removal that costs time but no energy is taken. A launch without an energy reading does not count there
 (never 0 J), and why is said where it leaves a removal unmeasured.
 
-The bound: a ranking round of launches x (n + 1) launches and at most 2n attempts of 2 x launches
-each, so at most launches x (5n + 1) for n changes; reaching it stops with the configuration reached
-so far (every removal in it measured not slower) and says so.
+The bound: a ranking round of launches x (n + 1) launches, at most 2n attempts of 2 x launches each and the
+round against the baseline (2 x launches, kept for it from the start), so at most launches x (5n + 3) for n
+changes; reaching it stops with the configuration reached so far (every removal in it measured not slower)
+and says so.
 
 Usage:
     result = minimize(champion, baseline, measure, launches=2)   # measure(config, label) -> Launch | None
     minimize(champion, baseline, measure, ranked=ENERGY)           # a study ranked by energy
-    result.minimal, result.kept, result.costs
+    result.minimal, result.kept, result.costs, result.versus_baseline   # None: nothing was removed
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
+from autoresearch.champion.changes import changes_of, without
+from autoresearch.champion.minimization import Attempt, BaselineCheck, Cost, Minimization
 from autoresearch.ground.errors import AutoresearchError
-from autoresearch.ground.ranked_by import ENERGY_RANKED, RANKED_BY
-from autoresearch.measures.faster import (
-    ENERGY,
-    RULE,
-    SLOWER,
-    TIME,
-    Measure,
-    VerdictRule,
-    judge_speed,
-    measure_of,
-)
+from autoresearch.ground.ranked_by import ENERGY_RANKED
+from autoresearch.measures.faster import ENERGY, FASTER, RULE, SLOWER, TIME, Measure, VerdictRule, judge_speed
 from autoresearch.measures.launch_stats import Reading
-from search_space.catalog import EXL3_KNOBS
+from autoresearch.night.clock import versus_baseline_launches
 from serving.config import ServingConfig
 from serving.errors import ConfigError
 
-__all__ = ["Change", "Cost", "Launch", "Minimization", "MinimizeError", "changes_of", "decision", "launch_bound", "minimize",
-           "without"]
+__all__ = ["Launch", "MinimizeError", "against_baseline", "decision", "judge", "launch_bound", "minimize"]
 
 log = logging.getLogger(__name__)
-_UNSET = "(exllamav3 default)"  # an EXL3_* variable the config leaves to exllamav3
 
 
 class MinimizeError(AutoresearchError):
@@ -84,187 +79,30 @@ class Launch:
 LaunchMeasure = Callable[[ServingConfig, str], Launch | None]  # None: the launch failed or left a point unmeasured
 
 
-@dataclass(frozen=True)
-class Change:
-    """One setting in which the champion differs from the baseline (`where`: args or env)."""
-
-    name: str
-    value: Any
-    baseline: Any
-    where: str
-
-    def __str__(self) -> str:
-        return f"{self.name}={self.value}"
-
-
-# Settings that apply only with another one: removing the parent puts them back too.
-_CARRIED = {"draft_mode": ("ngram_match_min", "num_draft_tokens", "dynamic_draft_tokens", "draft_confidence",
-                           "sparse_draft_head", "draft_model_dir"),
-            "cache_kind": ("cache_k_bits", "cache_v_bits"),
-            "dynamic_draft_tokens": ("draft_confidence",),
-            "max_chunk_size": ("shared_chunk_size",)}
-
-# A setting's default while its parent is on, where the baseline (parent off) has none: the catalog's.
-_DEFAULT_UNDER_PARENT = {k.name: k.default for k in EXL3_KNOBS if k.name in ("ngram_match_min", "cache_k_bits",
-                                                                               "cache_v_bits")}
-
-
-def changes_of(config: ServingConfig, baseline: ServingConfig) -> tuple[Change, ...]:
-    """Every setting in which `config` differs from `baseline`, in the report's order (args, then env)."""
-    a, b = config.to_dict(), baseline.to_dict()
-    out = [Change(k, v, b["args"].get(k), "args") for k, v in sorted(a["args"].items()) if b["args"].get(k) != v]
-    env_names = sorted(set(a["env"]) | set(b["env"]))
-    out += [Change(k, a["env"].get(k, _UNSET), b["env"].get(k, _UNSET), "env") for k in env_names
-            if a["env"].get(k) != b["env"].get(k)]
-    return tuple(out)
-
-
-def without(config: ServingConfig, baseline: ServingConfig, name: str) -> tuple[ServingConfig, tuple[str, ...]]:
-    """`config` with setting `name` back at the baseline's value, and the names put back with it.
-
-    Raises:
-        ConfigError: the setting cannot be put back alone (the config would break a serving rule).
-    """
-    data, base = config.to_dict(), baseline.to_dict()
-    if name.startswith(("EXL3_", "EXLLAMA")) or name in data["env"]:
-        env = dict(data["env"])
-        env.pop(name, None)
-        if name in base["env"]:
-            env[name] = base["env"][name]
-        return ServingConfig.from_dict({**data, "env": env}), (name,)
-    try:
-        return ServingConfig.from_dict({**data, "args": {**data["args"], name: base["args"][name]}}), (name,)
-    except ConfigError:
-        if name in _DEFAULT_UNDER_PARENT:  # e.g. ngram_match_min while n-gram drafting stays: its default there
-            return ServingConfig.from_dict({**data, "args": {**data["args"], name: _DEFAULT_UNDER_PARENT[name]}}), (name,)
-        carried = [c for c in _CARRIED.get(name, ()) if data["args"][c] != base["args"][c]]
-        if not carried:
-            raise
-        put_back = {k: base["args"][k] for k in (name, *carried)}
-        return ServingConfig.from_dict({**data, "args": {**data["args"], **put_back}}), (name, *carried)
-
-
-@dataclass(frozen=True)
-class Cost:
-    """What removing a change did, relative to the champion's launches of the same round: each objective's
-    ratio (without / champion, higher is faster) with bench's interval, and bench's verdict on the study's
-    measure (request time; energy per request in a study ranked by energy, whose ratio `energy` holds)."""
-
-    request: tuple[float, float, float]  # ratio, low, high of the request rate (1 / request time)
-    decode: tuple[float, float, float]
-    prefill: tuple[float, float, float]
-    verdict: str  # bench's on the measure: faster (less energy), same or slower (more energy)
-    launches: int
-    energy: tuple[float, float, float] | None = None  # E(champion) / E(without), low, high: ranked by energy only
-    ranked_by: str = RANKED_BY
-
-    @property
-    def measure(self) -> Measure:
-        return measure_of(self.ranked_by)
-
-    @property
-    def ranked(self) -> tuple[float, float, float]:
-        """The ratio of the measure the study ranks by (above 1: better without the change)."""
-        return self.energy if self.ranked_by == ENERGY_RANKED else self.request
-
-    @property
-    def request_cost(self) -> float:
-        """How much longer a request takes without the change: T(without) / T(champion) - 1."""
-        return 1 / self.request[0] - 1
-
-    def to_dict(self) -> dict:
-        energy = {"energy": list(self.energy), "ranked_by": self.ranked_by} if self.ranked_by == ENERGY_RANKED else {}
-        return {"request": list(self.request), "decode": list(self.decode), "prefill": list(self.prefill),
-                "verdict": self.verdict, "launches": self.launches} | energy
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Cost:
-        return cls(request=tuple(d["request"]), decode=tuple(d["decode"]), prefill=tuple(d["prefill"]),
-                   verdict=d["verdict"], launches=d["launches"],
-                   energy=tuple(d["energy"]) if d.get("energy") else None, ranked_by=d.get("ranked_by", RANKED_BY))
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One removal tried on the configuration reached so far, judged against fresh champion launches."""
-
-    name: str
-    removed: tuple[str, ...]  # the change and the settings put back with it
-    cost: Cost | None  # None: the configuration without it was never measured
-    accepted: bool
-    reason: str
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "removed": list(self.removed), "cost": self.cost.to_dict() if self.cost else None,
-                "accepted": self.accepted, "reason": self.reason}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Attempt:
-        return cls(name=d["name"], removed=tuple(d["removed"]), cost=Cost.from_dict(d["cost"]) if d["cost"] else None,
-                   accepted=d["accepted"], reason=d["reason"])
-
-
-@dataclass(frozen=True)
-class Minimization:
-    """The outcome: each change's removal cost, the attempts in order, and the minimal champion."""
-
-    changes: tuple[Change, ...]
-    costs: dict[str, Cost | None]  # the ranking round; None: that removal was not measured
-    carried: dict[str, tuple[str, ...]]  # change -> the settings put back with it when removed alone
-    unremovable: dict[str, str]  # change -> why it cannot be removed alone
-    attempts: tuple[Attempt, ...]
-    kept: tuple[str, ...]  # the changes the minimal champion keeps
-    minimal: ServingConfig
-    launches: int  # launches made
-    bound: int  # the most launches it could have made
-    complete: bool  # the stop rule was reached (False: the bound was)
-    launches_per_config: int = 2
-    extra: dict = field(default_factory=dict)  # e.g. the TabbyAPI-expressible subset's measured cost
-    ranked_by: str = RANKED_BY  # the measure its removals were judged on (autoresearch.ground.ranked_by)
-
-    def to_dict(self) -> dict:
-        return {"changes": [{"name": c.name, "value": c.value, "baseline": c.baseline, "where": c.where}
-                            for c in self.changes],
-                "costs": {k: v.to_dict() if v else None for k, v in self.costs.items()},
-                "carried": {k: list(v) for k, v in self.carried.items()},
-                "unremovable": self.unremovable, "attempts": [a.to_dict() for a in self.attempts],
-                "kept": list(self.kept), "minimal": self.minimal.to_dict(), "launches": self.launches,
-                "bound": self.bound, "complete": self.complete, "launches_per_config": self.launches_per_config,
-                "extra": self.extra} | ({"ranked_by": self.ranked_by} if self.ranked_by == ENERGY_RANKED else {})
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Minimization:
-        return cls(changes=tuple(Change(**c) for c in d["changes"]),
-                   costs={k: Cost.from_dict(v) if v else None for k, v in d["costs"].items()},
-                   carried={k: tuple(v) for k, v in d["carried"].items()},
-                   unremovable=d["unremovable"], attempts=tuple(Attempt.from_dict(a) for a in d["attempts"]),
-                   kept=tuple(d["kept"]), minimal=ServingConfig.from_dict(d["minimal"]), launches=d["launches"],
-                   bound=d["bound"], complete=d["complete"], launches_per_config=d["launches_per_config"],
-                   extra=d.get("extra", {}), ranked_by=d.get("ranked_by", RANKED_BY))
-
-
 def launch_bound(n_changes: int, launches: int) -> int:
-    """The most launches minimize() makes for n changes: the ranking round and 2n attempts."""
-    return launches * (n_changes + 1) + 2 * n_changes * 2 * launches
+    """The most launches minimize() makes for n changes: the ranking round, 2n attempts and the round against the
+    baseline."""
+    return launches * (n_changes + 1) + 2 * n_changes * 2 * launches + versus_baseline_launches(launches)
+
 
 
 def judge(champion: Sequence[Launch], candidate: Sequence[Launch], rule: VerdictRule = RULE,
           ranked: Measure = TIME, claim: str = SLOWER, history: Sequence[Launch] = ()) -> Cost:
-    """The candidate against the champion's launches of the same round, by autoresearch.measures.faster's rule: a
-    removal (claim SLOWER) is slower where its request time is shown slower than 1 / min_speedup, or decode or
-    prefill shown slower than the tolerance; a subset chosen over another (claim FASTER) is faster where shown
-    above min_speedup. The spread is pooled from these launches and `history`, the champion's launches of earlier
-    rounds (the finalists pool the baseline's the same way). `ranked=ENERGY`: the same rule on joules per request, decode and prefill in tokens per joule
-    (every launch given has an energy reading); request time is kept beside it, not judged."""
+    """The candidate against the reference's launches of the same round (the champion's; the baseline's for the
+    minimal champion), by autoresearch.measures.faster's rule: a removal (claim SLOWER) is slower where its
+    request time is shown slower than 1 / min_speedup, or decode or prefill shown slower than the tolerance; a
+    subset or the minimal champion (claim FASTER) is faster where shown above min_speedup. The spread is pooled
+    from these launches and `history`, the reference's launches of earlier rounds. `ranked=ENERGY`: the same rule
+    on joules per request, decode and prefill in tokens per joule (every launch given has an energy reading);
+    request time is kept beside it, not judged."""
     by_energy = ranked == ENERGY
 
-    def reading(x: Launch, energy: bool) -> Reading:
-        if energy:
-            return Reading(x.energy_j, {"decode energy": x.decode_tok_per_j, "prefill energy": x.prefill_tok_per_j})
-        return Reading(x.request_time_s, {"decode": x.decode_tok_per_s, "prefill": x.prefill_tok_per_s})
-
     def side(launches: Sequence[Launch], energy: bool) -> list[Reading]:
-        return [reading(x, energy) for x in launches]
+        if energy:
+            return [Reading(x.energy_j, {"decode energy": x.decode_tok_per_j, "prefill energy": x.prefill_tok_per_j})
+                    for x in launches]
+        return [Reading(x.request_time_s, {"decode": x.decode_tok_per_s, "prefill": x.prefill_tok_per_s})
+                for x in launches]
 
     speed = judge_speed(side(champion, False), side(candidate, False), history=side(history, False), claim=claim,
                         rule=rule)
@@ -287,13 +125,14 @@ def decision(cost: Cost) -> str:
 
 
 def _round(measure: LaunchMeasure, champion: ServingConfig, others: list[tuple[str, ServingConfig]], launches: int,
-           label: str, ranked: Measure = TIME) -> tuple[list[Launch], dict[str, list[Launch]], dict[str, list[str]]]:
-    """`launches` fresh launches of the champion and each other config, interleaved (drift hits all alike);
-    the launches that count on `ranked`, and by config, why the others measured did not (e.g. no energy)."""
-    runs: dict[str, list[Launch]] = {name: [] for name in ("champion", *(n for n, _ in others))}
+           label: str, ranked: Measure = TIME, reference: str = "champion",
+           ) -> tuple[list[Launch], dict[str, list[Launch]], dict[str, list[str]]]:
+    """`launches` fresh launches of the champion (or the `reference` so named) and each other config, interleaved
+    (drift hits all alike); the launches that count on `ranked`, and by config, why the others measured did not."""
+    runs: dict[str, list[Launch]] = {name: [] for name in (reference, *(n for n, _ in others))}
     why: dict[str, list[str]] = {name: [] for name in runs}
     for i in range(launches):
-        for name, config in (("champion", champion), *others):
+        for name, config in ((reference, champion), *others):
             at = f"{label}/{name}/{i}"
             if (got := measure(config, at)) is None:
                 continue
@@ -302,10 +141,11 @@ def _round(measure: LaunchMeasure, champion: ServingConfig, others: list[tuple[s
                 why[name].append(f"{at}: {missing}")
             else:
                 runs[name].append(got)
-    champ = runs.pop("champion")
+    champ = runs.pop(reference)
     if not champ:
-        raise MinimizeError(f"{label}: no launch of the champion was measured; nothing to compare removals against"
-                            + _unmeasured(why["champion"]))
+        compared = "removals" if reference == "champion" else "the minimal champion"
+        raise MinimizeError(f"{label}: no launch of the {reference} was measured; nothing to compare {compared} "
+                            "against" + _unmeasured(why[reference]))
     return champ, runs, why
 
 
@@ -317,7 +157,8 @@ def _unmeasured(why: list[str]) -> str:
 def minimize(champion: ServingConfig, baseline: ServingConfig, measure: LaunchMeasure, *, launches: int = 2,
              max_launches: int | None = None, rule: VerdictRule = RULE, ranked: Measure = TIME) -> Minimization:
     """Remove the champion's changes, cheapest first, while the result is not measurably slower on request time
-    (`ranked=ENERGY`: while it uses no measurably more energy per request).
+    (`ranked=ENERGY`: while it uses no measurably more energy per request); then judge the minimal champion
+    against the baseline (`versus_baseline`), where it differs from the champion.
 
     `measure(config, label)` launches `config` fresh and measures it (None when that launch failed);
     labels are unique within one minimization, so a resumed run can answer from stored launches.
@@ -366,7 +207,7 @@ def minimize(champion: ServingConfig, baseline: ServingConfig, measure: LaunchMe
             complete = True
             break
         name = pending[0]
-        if made + 2 * launches > bound:
+        if made + 2 * launches + versus_baseline_launches(launches) > bound:  # the last round keeps its launches
             break
         step += 1
         try:
@@ -391,8 +232,27 @@ def minimize(champion: ServingConfig, baseline: ServingConfig, measure: LaunchMe
             current = candidate
             present -= set(removed)
     kept = tuple(c.name for c in changes if c.name in present)
-    log.info("minimized %d changes to %d in %d launches (bound %d)%s", len(changes), len(kept), made, bound,
-             "" if complete else ": stopped at the bound")
+    versus = against_baseline(counted, baseline, current, launches=launches, rule=rule, ranked=ranked) \
+        if current.digest != champion.digest else None
+    log.info("minimized %d changes to %d in %d launches (bound %d)%s%s", len(changes), len(kept), made, bound,
+             "" if complete else ": stopped at the bound", f"; against the baseline: {versus.text()}" if versus else "")
     return Minimization(changes=changes, costs=costs, carried=carried, unremovable=unremovable, attempts=tuple(attempts), kept=kept,
                         minimal=current, launches=made, bound=bound, complete=complete, launches_per_config=launches,
-                        ranked_by=ranked.ranked_by)
+                        ranked_by=ranked.ranked_by, versus_baseline=versus)
+
+
+def against_baseline(measure: LaunchMeasure, baseline: ServingConfig, minimal: ServingConfig, *, launches: int,
+                     rule: VerdictRule = RULE, ranked: Measure = TIME) -> BaselineCheck:
+    """The minimal champion against the baseline: `launches` fresh launches of each, interleaved (labelled
+    `baseline/baseline|minimal/<launch>`), judged by the rule that decides "faster" with the baseline as the
+    reference (the spread from these launches: two a side show only a large gain, so a minimal champion not shown
+    faster leaves the confirmed champion in place)."""
+    try:
+        base, runs, why = _round(measure, baseline, [("minimal", minimal)], launches, "baseline", ranked,
+                                 reference="baseline")
+    except MinimizeError as exc:
+        return BaselineCheck(cost=None, reason=str(exc))
+    if not runs["minimal"]:
+        return BaselineCheck(cost=None, reason="no launch of the minimal champion was measured"
+                             + _unmeasured(why["minimal"]))
+    return BaselineCheck(cost=judge(base, runs["minimal"], rule, ranked, claim=FASTER))

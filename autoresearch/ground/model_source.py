@@ -3,7 +3,8 @@
 A local folder is hashed once (files, sizes, SHA256) and the manifest is reused while no file's
 size or mtime changed. A Hub repository id with a revision is downloaded (huggingface_hub), checked
 against the manifest in locks/ if one was written before, and the manifest is written to locks/.
-With no model at all, the embedded default is generated: the tiny synthetic Qwen3_5, seed 0.
+With no model at all, the embedded default is generated: the tiny synthetic Qwen3_5, seed 0
+(serving.synthetic.embedded, which `python -m serving --model embedded:tiny` resolves alike).
 A new or changed manifest is written only once the run is accepted (`record_manifest`): a refused run
 writes nothing.
 
@@ -16,24 +17,21 @@ Usage:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
 import re
-import shutil
 import tempfile
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoresearch.ground.errors import ModelSourceError, PlanError
 from serving.manifest import build_manifest
+from serving.synthetic.embedded import EMBEDDED_DEFAULT, embedded_model_dir, file_lock
 
 __all__ = ["EMBEDDED_DEFAULT", "ResolvedModel", "build_manifest", "record_manifest", "resolve_model"]
 
 log = logging.getLogger(__name__)
-EMBEDDED_DEFAULT = "embedded:tiny"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
 
 
@@ -98,7 +96,7 @@ def _hub(repo_spec: str, *, locks_dir: Path, cache_dir: Path) -> ResolvedModel:
         raise ModelSourceError("downloading from the Hub needs huggingface_hub: pip install huggingface_hub") from exc
     try:
         # huggingface_hub locks each file itself; ours makes workers wait for one whole snapshot
-        with _locked(cache_dir / f"{_file_name(repo_spec)}.lock"):
+        with file_lock(cache_dir / f"{_file_name(repo_spec)}.lock"):
             local = Path(snapshot_download(repo_id=repo, revision=revision, cache_dir=str(cache_dir)))
     except ModelSourceError:
         raise
@@ -127,52 +125,13 @@ def model_of_study(study_attrs: dict, *, locks_dir: Path) -> ResolvedModel:
 def resolve_model(spec: str | None, *, locks_dir: Path, cache_dir: Path) -> ResolvedModel:
     """A local folder, `org/repo@revision` on the Hub, or None for the embedded default."""
     if spec is None or spec == EMBEDDED_DEFAULT:
-        from serving.synthetic.tiny import write_tiny_model
-
-        target = materialize(cache_dir / "tiny-seed0", lambda out: write_tiny_model(out, seed=0),
-                             what="the embedded default model (tiny synthetic Qwen3_5)")
+        target = embedded_model_dir(cache_dir)
         # Its manifest lives beside it: a generated model is not a pinned input of the repository.
         return _local(target, name="tiny-synthetic", source=EMBEDDED_DEFAULT, locks_dir=cache_dir, embedded=True)
     path = Path(os.path.expanduser(spec))
     if path.exists() or not _HUB_ID.match(spec):
         return _local(path, name=path.resolve().name, source=spec, locks_dir=locks_dir)
     return _hub(spec, locks_dir=locks_dir, cache_dir=cache_dir)
-
-
-def materialize(target: Path, build: Callable[[Path], object], *, what: str) -> Path:
-    """`target`, built by `build(folder)` once, safely when several workers ask at the same moment.
-
-    Under an exclusive lock file the first worker builds into a temporary sibling and renames it
-    into place; the others wait on the lock and find it complete. A folder counts as complete only
-    with its marker beside it (written after the rename), so a build killed half-way is redone,
-    never hashed; the marker stays outside the folder, out of the model's manifest.
-    """
-    complete = target.with_name(target.name + ".complete")
-    if complete.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(target.with_name(target.name + ".lock")):
-        if complete.exists():  # another worker built it while this one waited
-            return target
-        log.info("generating %s in %s", what, target)
-        partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-        try:
-            build(partial)
-            if target.exists():  # an unfinished or unmarked earlier build
-                shutil.rmtree(target)
-            os.rename(partial, target)
-            complete.write_text("")
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)
-    return target
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
-        yield
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -9,14 +9,16 @@ own RESULTS.md. Every output that cannot be written is one line naming the flags
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from autoresearch.ground.errors import PlanError
 from autoresearch.ground.stored_study import sqlite_path, study_to_read
 
-__all__ = ["EXPORT_DEFAULTS", "check_writable", "plot_path", "report_path", "settle_reading_command"]
+__all__ = ["EXPORT_DEFAULTS", "check_writable", "plot_path", "report_path", "settle_reading_command", "write_checked"]
 
 # export's files by --format when --out is not given, in the working folder (.gitignore lists both)
 EXPORT_DEFAULTS = {"serving": Path("champion.json"), "tabbyapi": Path("tabbyapi-export")}
@@ -37,8 +39,7 @@ def report_path(storage_shown: str) -> Path:
 def settle_reading_command(args: argparse.Namespace, storage_shown: str) -> None:
     """Fill in the study and the output `report`/`export` were not given (in `args`), and refuse at once
     (PlanError, one line) an output that cannot be written. `args.storage` is the database to read."""
-    if args.study is None:
-        args.study = study_to_read(args.storage, storage_shown)
+    args.study = study_to_read(args.storage, storage_shown, args.study)  # before the model is resolved
     if args.command == "report":
         args.results_md = args.results_md or report_path(storage_shown)
         check_writable([(args.results_md, "the report", "--results-md"),
@@ -100,3 +101,37 @@ def _unwritable_file(path: Path, what: str) -> str | None:
             return f"cannot write {what} to {path}: {exc.strerror or exc}"
         return None
     return _unwritable_dir(path.parent, what)
+
+
+def write_checked(files: dict[Path, str], check: Callable[[dict[Path, str]], None]) -> None:
+    """Write `files` (path -> text) so that a reader never sees half of one and a refused one leaves nothing:
+    each is written to a temporary file beside it, all are read back and given to `check` (path -> the text as
+    read), and only then moved into place. A check that raises (or a write that fails) leaves every path as it
+    was: the temporary files are removed, and any folder made for them."""
+    made: list[Path] = []
+    temps: dict[Path, Path] = {}
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        for path in files:
+            for folder in reversed([path.parent, *path.parent.parents]):
+                if not folder.exists():
+                    folder.mkdir()
+                    made.append(folder)
+        for path, text in files.items():
+            fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            temps[path] = Path(name)
+            os.fchmod(fd, 0o666 & ~umask)  # as an ordinary write would leave it (mkstemp's is 0600)
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+        check({path: temp.read_text() for path, temp in temps.items()})
+        for path, temp in temps.items():
+            os.replace(temp, path)
+    except BaseException:
+        for temp in temps.values():
+            with contextlib.suppress(FileNotFoundError):
+                temp.unlink()
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise

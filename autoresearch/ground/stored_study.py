@@ -25,14 +25,19 @@ def sqlite_path(url: str) -> Path | None:
     return Path(url.removeprefix("sqlite:///")).resolve()
 
 
-def study_to_read(storage_url: str, shown: str) -> str:
-    """The one study in `storage_url` (named as the user gave it, `shown`); PlanError listing them when it
-    holds none or several: which one a report or an export is of is the user's to say."""
+def study_to_read(storage_url: str, shown: str, name: str | None = None) -> str:
+    """The study `name` in `storage_url`, or its one study when no name is given (the database named as the user
+    gave it, `shown`); PlanError listing them when it holds none, several, or not `name`: which one a report,
+    an export or a plan is of is the user's to say."""
     names = sorted(optuna.get_all_study_names(storage_url))
-    if len(names) == 1:
-        return names[0]
+    if name is not None and name in names:
+        return name
     if not names:
         raise PlanError(f"{shown} holds no study: run the loop first, or pass --storage")
+    if name is not None:
+        raise PlanError(f"{shown} holds no study {name!r}; it holds {', '.join(names)}")
+    if len(names) == 1:
+        return names[0]
     raise PlanError(f"{shown} holds {len(names)} studies ({', '.join(names)}): pass --study NAME")
 
 

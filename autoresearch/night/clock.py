@@ -50,7 +50,8 @@ import optuna
 from autoresearch.ground.stages import AFTER_SEARCH, MINIMAL_GATE, MINIMIZE, SEARCH, TABBYAPI_GATE
 from autoresearch.night.progress import format_duration as _dur
 
-__all__ = ["AUTOSAVE_S", "NIGHT_KEY", "NightClock", "Ticker", "least_minimization", "tabbyapi_subset_launches"]
+__all__ = ["AUTOSAVE_S", "NIGHT_KEY", "NightClock", "Ticker", "least_minimization", "tabbyapi_subset_launches",
+           "versus_baseline_launches"]
 
 log = logging.getLogger(__name__)
 NIGHT_KEY = "night"
@@ -61,9 +62,16 @@ _GATES = (MINIMAL_GATE, TABBYAPI_GATE)  # must follow a minimization that ran, k
 
 def least_minimization(per_config: int, changes: int) -> int:
     """The fewest launches that minimize anything, for a champion of `changes` changes: its ranking round
-    (per_config x (changes + 1)) and one attempt (2 x per_config). What the plan counts as the minimization's least
-    (autoresearch.night_plan.minimize_launches) and the least the clock lets it start with (minimize_bound)."""
-    return per_config * (changes + 1) + 2 * per_config
+    (per_config x (changes + 1)), one attempt (2 x per_config) and the minimal champion against the baseline
+    (2 x per_config, kept from the start: autoresearch.champion.minimize). What the plan counts as the minimization's
+    least (autoresearch.night_plan.minimize_launches) and the least the clock lets it start with (minimize_bound)."""
+    return per_config * (changes + 1) + 2 * per_config + versus_baseline_launches(per_config)
+
+
+def versus_baseline_launches(per_config: int) -> int:
+    """The minimization's last round: the minimal champion against the baseline, `per_config` launches each
+    (autoresearch.champion.minimize, which keeps them from the start of its bound)."""
+    return 2 * per_config
 
 
 def tabbyapi_subset_launches(per_config: int) -> int:

@@ -178,7 +178,7 @@ class Forecast:
     def text(self) -> str:
         h = hours_text
         night = f"{self.bound} (about {hours_text(self.hours * 3600)})" if self.bound else f"--hours {self.hours:g}"
-        lines = [f"Night plan for {night} (task tier on {self.scope}); rates {self.rates.source}."]
+        lines = [f"Night plan for {night} (task tier on {self.scope}); {self.rates.source}."]
         lines += [f"  assumed: {a}" for a in self.rates.assumptions]
         lines.append(f"  baseline: {h(self.baseline_s)} (2 launches, bench, fidelity reference and floor, its first answers)")
         cheap = " + ".join(f"{n} {getattr(self.rates, f'{n}_s'):.0f} s" for n in CHEAP_STAGES)

@@ -208,7 +208,7 @@ def measured_rates(trials: Sequence, suite_runs: Sequence, suite: SuiteSpec, *, 
         return fallback
     unmeasured = [n for n in CHEAP_STAGES if n not in measured] + [t.name for t in fallback.tasksets
                                                                   if t.name not in known]
-    source = "measured by this study: " + ", ".join(parts)
+    source = "rates measured by this study: " + ", ".join(parts)  # the plan's header: "...; <source>."
     if unmeasured:
         source += f" (not yet measured, from {fallback.source}: {', '.join(unmeasured)})"
     return dataclasses.replace(fallback, tasksets=tuple(tasksets), source=source,

@@ -12,11 +12,7 @@ import json
 
 import optuna
 
-from autoresearch.champion.change_costs import (
-    MINIMIZATION_ATTR,
-    MINIMIZE_KIND,
-    read_change_costs,
-)
+from autoresearch.champion.crowned import champion_change_costs, unfinished_launches
 from autoresearch.checks.readings import read_drift
 from autoresearch.crown.finalists import feasible_front, load_champion
 from autoresearch.ground.db import ResultsDB
@@ -361,9 +357,8 @@ def read_snapshot(plan: RunPlan, study: optuna.Study, db: ResultsDB, store: Eval
         decode_by_kind=read_decode_by_kind(db, plan.study_name, study.user_attrs.get("bench_plan") or {},
                                            baseline.number, champion.trial if champion else None)
         if baseline else None,
-        change_costs=read_change_costs(study.user_attrs.get(MINIMIZATION_ATTR)),
-        minimization_launches=0 if study.user_attrs.get(MINIMIZATION_ATTR) else
-        len(db.measurements(study=plan.study_name, kind=MINIMIZE_KIND)),
+        change_costs=champion_change_costs(study),
+        minimization_launches=unfinished_launches(study, db, plan.study_name),
         drift=read_drift(plan, study, db),
         night_plan=study.user_attrs.get("night_plan"), night=study.user_attrs.get("night"),
         suite_concurrency=study.user_attrs.get(CONCURRENCY_KEY), pool=pool,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 # No --port: the loop's servers take free ports by default (the fixture below holds the README's old 18020)
-FAST = ["--suite-limit", "1", "--suite-max-tokens", "16", "--finalist-launches", "1"]
+FAST = ["--suite-limit", "1", "--suite-max-tokens", "16", "--finalist-launches", "2"]
 OLD_DEFAULT_PORT = 18020
 
 

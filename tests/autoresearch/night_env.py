@@ -46,6 +46,7 @@ from search_space import SpaceContext, build_space, config_from_params, read_mod
 from .fakes import FakeLauncher
 from .stage_env import GIB, stored_measurement, stored_reference
 
+MINIMIZING_HOURS = 3.0  # --hours long enough that the policy keeps the minimization and its gates (a quarter of it)
 LAUNCH_S, BENCH_S, FIDELITY_S = 60.0, 120.0, 60.0  # what the plan is told (--launch-s ...), and about what they take
 
 

@@ -121,6 +121,55 @@ def test_what_the_commands_write_by_default_git_ignores():
     assert kept == []
 
 
+def _documented_commands() -> list[tuple[str, list[str]]]:
+    """Every `python -m autoresearch export|report` the README and docs/ show (code blocks and inline code, a
+    command continued over lines joined), as (page, arguments), placeholders given a value."""
+    import re
+    import shlex
+
+    found = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        name = str(page.relative_to(ROOT))
+        text = re.sub(r"\\\n\s*", " ", page.read_text())  # a code block's command continued with a backslash
+        spans = re.findall(r"`([^`]+)`", text) + [line for line in text.splitlines() if line.startswith("    ")]
+        for span in spans:
+            for match in re.finditer(r"python -m autoresearch (export|report)\b([^`#\n]*)", " ".join(span.split())):
+                args = shlex.split(match.group(2))
+                if any(flag in ("--out", "--results-md") and value.isupper()  # a path the reader picks
+                       for flag, value in zip(args, args[1:], strict=False)):
+                    continue
+                found.append((name, [match.group(1), *(a.replace("NAME", "a-study").replace("DIR", "a-dir")
+                                                       for a in args)]))
+    return found
+
+
+def _written(argv: list[str]) -> list[Path]:
+    """What a documented command writes, relative to the repository's root (where the README runs it)."""
+    from autoresearch.ground.outputs import report_path
+
+    flags = dict(zip(argv[1::2], argv[2::2], strict=False))
+    if argv[0] == "export":
+        fmt = flags.get("--format", "serving")
+        out = Path(flags["--out"]) if "--out" in flags else EXPORT_DEFAULTS[fmt]
+        return [out] if fmt == "serving" else [out / name for name in TABBYAPI_FILES]
+    results = Path(flags["--results-md"]) if "--results-md" in flags else \
+        report_path(flags.get("--storage", DEFAULT_STORAGE)).relative_to(ROOT)
+    return [results, plot_path(results)]
+
+
+def test_the_commands_the_readme_and_docs_show_write_only_what_git_ignores(monkeypatch):
+    """Before: the README typed `export --format tabbyapi --out tabby`, and tabby/ was not git-ignored (nor did a
+    report of a committed example stay out of its committed RESULTS.md)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    monkeypatch.chdir(ROOT)
+    commands = _documented_commands()
+    assert ("README.md", ["export", "--format", "tabbyapi", "--out", "tabby"]) in commands  # the parse finds them
+    kept = [f"{page}: {' '.join(argv)} writes {path}" for page, argv in commands for path in _written(argv)
+            if subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", "--no-index", str(path)]).returncode]
+    assert kept == []
+
+
 def test_a_refused_model_run_writes_nothing(fresh, capsys, tiny_model_dir):
     """Before: --model DIR with a mistake found after hashing left locks/models/<name>.json behind."""
     assert main(["--model", str(tiny_model_dir), "--suite", "none", "--trials", "2", "--pin", "nosuch=1"]) == 2
@@ -136,3 +185,29 @@ def test_a_models_manifest_is_written_once_the_run_is_accepted(fresh, tiny_model
     record_manifest(model)
     again = resolve_model(str(tiny_model_dir), locks_dir=fresh / "locks", cache_dir=fresh / "cache")
     assert again.pending_manifest is None and again.manifest_hash == model.manifest_hash  # reused: nothing to write
+
+
+def test_a_checked_write_moves_every_file_in_only_once_all_read_back_and_a_refusal_leaves_nothing(tmp_path):
+    from autoresearch.ground.outputs import write_checked
+
+    old = tmp_path / "kept.txt"
+    old.write_text("the earlier export")
+    new = {old: "new", tmp_path / "made" / "deeper" / "b.txt": "b"}
+
+    def refuse(read: dict[Path, str]) -> None:
+        assert read == new  # read back from the temporary files, before anything is in place
+        raise ValueError("refused")
+
+    with pytest.raises(ValueError, match="refused"):
+        write_checked(new, refuse)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.txt"] and old.read_text() == "the earlier export"
+    write_checked(new, lambda read: None)
+    assert old.read_text() == "new" and (tmp_path / "made" / "deeper" / "b.txt").read_text() == "b"
+    assert oct(old.stat().st_mode & 0o777) == oct(0o666 & ~_umask())  # as an ordinary write leaves it
+    assert sorted(p.name for p in (tmp_path / "made" / "deeper").iterdir()) == ["b.txt"]  # no temporary left
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -44,7 +44,7 @@ def test_broad_runs_on_stand_ins_with_a_guard_and_says_what_it_can_detect(tmp_pa
     # a candidate that reaches the guard: chunks of 512 tokens on prompts of fewer are the baseline's computation
     # (lossless, as fast), judged in its trial (scope every) rather than only if confirmed faster
     result = run_loop(run, env, "--suite", "broad", "--suite-runtime", "subprocess", "--trials", "2", "--port", "0",
-                      "--bench-workload", "corpus", "--finalist-launches", "1", "--suite-max-tokens", "16",
+                      "--bench-workload", "corpus", "--finalist-launches", "2", "--suite-max-tokens", "16",
                       "--no-levers", "--enqueue", "prefill_chunk_size=512", "--task-tier-scope", "every", timeout=3000)
     text = (run / "RESULTS.md").read_text()
     assert "The task tier ran as a guard" in text, result.stderr[-5000:]

@@ -73,3 +73,21 @@ def test_no_tabbyapi_lines_where_the_minimal_champion_is_fully_expressible():
     result = minimize(CHAMPION, BASELINE, ScriptedLaunches(_drafting_matters()), launches=2)
     text = render_section("change_costs", read_change_costs(result.to_dict()))
     assert "What TabbyAPI can run" not in text and "subset (`" not in text
+
+
+def test_the_minimal_champion_states_its_own_speed_up_against_the_baseline_and_which_one_export_writes():
+    """Before: RESULTS.md gave the minimal champion's cost against the champion only; nothing said whether it was
+    itself faster than the baseline, and export wrote it under the champion's speed-up."""
+    result = minimize(CHAMPION, BASELINE, ScriptedLaunches(_drafting_matters()), launches=2)
+    gated = {"passed": True, "reason": "fidelity within the floor", "digest": result.minimal.digest}
+    text = render_section("change_costs", read_change_costs(result.to_dict() | {"extra": {"gate": gated}}, CHAMPION))
+    assert "; its own speed-up, against the baseline in fresh launches: 1.364x [1.364, 1.364] the baseline on request " \
+           "time (faster; decode 1.364x, prefill 1.000x; 2 fresh launches each, interleaved)." in text
+    assert "Gate: passed: fidelity within the floor. `export` writes the minimal champion." in text
+
+    nothing_bought = ScriptedLaunches({})  # every configuration as fast as any other: everything goes
+    result = minimize(CHAMPION, BASELINE, nothing_bought, launches=2)
+    stored = result.to_dict() | {"extra": {"gate": gated | {"digest": result.minimal.digest}}}
+    text = render_section("change_costs", read_change_costs(stored, CHAMPION))
+    assert "Gate: passed: fidelity within the floor. `export` writes the confirmed champion: it was not shown faster " \
+           "than the baseline: 1.000x [1.000, 1.000] the baseline on request time (not shown faster; " in text

@@ -133,7 +133,7 @@ def test_export_writes_a_servable_config(embedded_study):
 def test_a_finished_study_resumes_without_rerunning(embedded_study):
     before = len(_study(embedded_study).get_trials())
     result = run_loop(embedded_study.cwd, embedded_study.env, "--trials", "3", "--suite-limit", "1",
-                      "--suite-max-tokens", "16", "--finalist-launches", "1", "--port", "0", timeout=300)
+                      "--suite-max-tokens", "16", "--finalist-launches", "2", "--port", "0", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(_study(embedded_study).get_trials()) == before
 

@@ -19,6 +19,7 @@ import pytest
 from autoresearch.__main__ import main, make_plan
 from autoresearch.champion.change_costs import MINIMIZATION_ATTR
 from autoresearch.champion.minimal_champion import KIND, _Launcher, minimize_champion
+from autoresearch.champion.minimization import Minimization
 from autoresearch.cli import parse_args
 from autoresearch.crown.finalists import Champion
 from autoresearch.ground.db import ResultsDB
@@ -219,15 +220,39 @@ def test_a_minimization_stored_before_both_subsets_were_measured_replays_its_lau
     assert [t["of"] for t in result.extra["tabbyapi_subset"]["tried"]] == ["minimal", "champion"]
 
 
-def test_the_levers_study_as_measured_on_the_device_needs_no_launch_and_exports_the_minimal_champions_subset(
+def measure_the_round_it_predates(url: str, monkeypatch) -> tuple[Minimization, list[str]]:
+    """The levers study's minimization given the round it predates (the minimal champion against the baseline,
+    issue 47) and the fresh launches asked for. A test double for each fresh launch: the study's own stored
+    launch of that configuration (step4's of the minimal champion, the TabbyAPI subset's of the baseline), by
+    launch index; any other launch fails the test (the rest is replayed from the database)."""
+    study = optuna.load_study(study_name="lever-study", storage=url)
+    db = ResultsDB(url)
+    stored = {(r["payload"]["config_digest"], r["launch"]): r["payload"]["bench"]
+              for r in db.measurements(study="lever-study", kind=KIND)}
+    fresh: list[str] = []
+
+    def bench(_self, config, label):
+        if not label.startswith("baseline/"):
+            pytest.fail(f"a stored launch was measured again: {label}")
+        fresh.append(label)
+        return BenchResult.from_dict(stored[(config.digest, int(label.rsplit("/", 1)[-1]))])
+
+    with monkeypatch.context() as patched:
+        patched.setattr(_Launcher, "_bench", bench)
+        return minimize_champion(_stored_plan(url), study, db, _champion(study)), fresh
+
+
+def test_the_levers_study_as_measured_on_the_device_replays_and_exports_the_minimal_champions_subset(
         tmp_path, monkeypatch):
     """The same study after its device call measured the confirmed champion's subset (2026-12-03 06:57): the loop
-    launches nothing, and the minimal champion's subset (exllamav3's defaults, +23.4% request time against the
-    champion) stays the one TabbyAPI gets: the confirmed champion's measured +66.4%."""
-    url, study, db = _levers(tmp_path)
-    plan = _stored_plan(url)
-    monkeypatch.setattr(_Launcher, "_bench", lambda *_: pytest.fail("a stored launch was measured again"))
-    subset = minimize_champion(plan, study, db, _champion(study)).extra["tabbyapi_subset"]
+    launches only the round it did not have then (the minimal champion against the baseline), and the minimal
+    champion's subset (exllamav3's defaults, +23.4% request time against the champion) stays the one TabbyAPI
+    gets: the confirmed champion's measured +66.4%."""
+    url, _, _ = _levers(tmp_path)
+    result, fresh = measure_the_round_it_predates(url, monkeypatch)
+    assert fresh == ["baseline/baseline/0", "baseline/minimal/0", "baseline/baseline/1", "baseline/minimal/1"]
+    assert result.versus_baseline.faster and result.extra["gate"]["passed"]  # the same minimal champion: gated once
+    subset = result.extra["tabbyapi_subset"]
     assert subset["of"] == "minimal" and subset["digest"].startswith("262f35c71d75")
     costs = {t["of"]: 1 / t["cost"]["request"][0] - 1 for t in subset["tried"]}
     assert costs == {"minimal": pytest.approx(0.234, abs=5e-4), "champion": pytest.approx(0.664, abs=5e-4)}

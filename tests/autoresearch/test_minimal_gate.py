@@ -14,9 +14,11 @@ import pytest
 
 import autoresearch.champion.minimal_gate as minimal_gate
 from autoresearch.champion.change_costs import MINIMIZATION_ATTR
+from autoresearch.champion.crowned import minimized_stamp
 from autoresearch.champion.export import _exported_config
 from autoresearch.champion.minimal_gate import gate_minimal
-from autoresearch.champion.minimize import Minimization
+from autoresearch.champion.minimization import BaselineCheck, Cost, Minimization
+from autoresearch.crown.finalists import load_champion
 from eval.fidelity import load_fidelity_measurement
 from eval.records import FidelityMetrics
 from search_space import config_from_params
@@ -54,18 +56,26 @@ def _scripted_fidelity(env, monkeypatch, stats: dict) -> list[str]:
 
 def _exported(env, capsys):
     """What export writes for the study's champion (the confirmed one: the first config given to _minimized)."""
-    champion = {"config": env.study.user_attrs["test_champion"], "is_baseline": False, "trial": 7}
-    return _exported_config(env.study, champion, full=False)[0]
+    return _exported_config(env.study, load_champion(env.study), full=False)[0]
 
 
-def _minimized(env, champion_changes: dict, minimal_changes: dict) -> Minimization:
-    """A minimization as minimize_champion stores it (its launches are autoresearch.champion.minimize's tests')."""
+def _versus(speedup: float, verdict: str) -> BaselineCheck:
+    """The minimal champion against the baseline, as minimize() measures it (its tests': test_minimize.py)."""
+    return BaselineCheck(cost=Cost(request=(speedup, speedup - 0.02, speedup + 0.02), decode=(speedup,) * 3,
+                                   prefill=(1.0, 1.0, 1.0), verdict=verdict, launches=2))
+
+
+def _minimized(env, champion_changes: dict, minimal_changes: dict, versus: BaselineCheck | None = None) -> Minimization:
+    """A minimization as minimize_champion stores it, of the champion as the finalists' stage stores it (trial 7,
+    round 1); its launches are autoresearch.champion.minimize's tests'."""
     champion = config_from_params(env.space, env.params(champion_changes))
     minimal = config_from_params(env.space, env.params(minimal_changes))
     result = Minimization(changes=(), costs={}, carried={}, unremovable={}, attempts=(), kept=tuple(minimal_changes),
-                          minimal=minimal, launches=4, bound=10, complete=True)
-    env.study.set_user_attr(MINIMIZATION_ATTR, result.to_dict() | {"champion_digest": champion.digest})
-    env.study.set_user_attr("test_champion", champion.to_dict())
+                          minimal=minimal, launches=4, bound=10, complete=True,
+                          versus_baseline=versus or _versus(1.2, "faster"))
+    env.study.set_user_attr("champion", {"trial": 7, "config": champion.to_dict(), "is_baseline": False, "round": 1,
+                                         "decode_tok_per_s": 120.0, "prefill_tok_per_s": 1200.0, "speedup": 1.2})
+    env.study.set_user_attr(MINIMIZATION_ATTR, result.to_dict() | {"minimized": minimized_stamp(7, champion, 1)})
     return result
 
 
@@ -106,6 +116,29 @@ def test_a_minimal_champion_that_loses_fidelity_fails_and_export_keeps_the_confi
     assert _exported(env, capsys).digest == config_from_params(
         env.space, env.params({"max_chunk_size": 4096, "prefill_cooldown": 3})).digest
     assert "the minimal champion is not exported: it failed the gate: " in capsys.readouterr().err
+
+
+def test_a_minimal_champion_not_shown_faster_than_the_baseline_is_not_gated_and_not_exported(env, monkeypatch,
+                                                                                          capsys):
+    """Before: nothing compared the minimal champion with the baseline; it was gated (an hour on a 27B) and, once
+    passed, exported as the champion's speed-up."""
+    launcher = FakeLauncher()
+    monkeypatch.setattr("autoresearch.ground.servers.serve", launcher.serve)
+    labels = _scripted_fidelity(env, monkeypatch, LOSSLESS)
+    result = _minimized(env, {"max_chunk_size": 4096, "prefill_cooldown": 3}, {"prefill_cooldown": 3},
+                        versus=_versus(1.01, "same"))
+
+    verdict = gate_minimal(env.plan, env.study, env.db, env.store, None, result)
+
+    assert launcher.launches == [] and labels == []  # not launched, not judged
+    assert not verdict["passed"] and verdict["judged"] is False
+    assert verdict["reason"].startswith("the minimal champion was not shown faster than the baseline (1.010x [0.990, "
+                                        "1.030] the baseline on request time (not shown faster; ")
+    assert env.study.user_attrs[MINIMIZATION_ATTR]["extra"]["gate"] == verdict
+    assert _exported(env, capsys).digest == config_from_params(
+        env.space, env.params({"max_chunk_size": 4096, "prefill_cooldown": 3})).digest  # the confirmed champion
+    assert "the minimal champion is not exported: it was not shown faster than the baseline: 1.010x" in \
+        capsys.readouterr().err
 
 
 def test_a_minimal_champion_whose_launch_fails_did_not_pass(env, monkeypatch):

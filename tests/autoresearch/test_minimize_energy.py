@@ -29,15 +29,19 @@ def _study(tmp_path, small_model, rank_by: str) -> tuple[StageEnv, Champion]:
     env.baseline_done()  # the workload's requests come from the baseline's bench record
     config = config_from_params(env.space, env.params(CHAMPION))
     number = env.add_trial(CHAMPION, (100.0, 1000.0))
-    return env, Champion(trial=number, config=config.to_dict(), decode_tok_per_s=100.0, prefill_tok_per_s=1000.0,
-                         speedup=1.2, is_baseline=False, ranked_by=ENERGY_RANKED if rank_by == "energy" else RANKED_BY)
+    champion = Champion(trial=number, config=config.to_dict(), decode_tok_per_s=100.0, prefill_tok_per_s=1000.0,
+                        speedup=1.2, is_baseline=False, ranked_by=ENERGY_RANKED if rank_by == "energy" else RANKED_BY)
+    env.study.set_user_attr("champion", champion.__dict__ | {"round": 1, "reason": "confirmed faster"})  # as crowned
+    return env, champion
 
 
 def _launcher(env: StageEnv, monkeypatch, **watts) -> FakeLauncher:
     """Each configuration's speeds and its draw in each of its launches, in order (None: NVML read nothing)."""
     champion = [(100.0, 1000.0), (101.0, 1004.0), (99.5, 998.0), (100.5, 1002.0), (100.0, 999.0), (99.8, 1001.0)]
-    draws = {"champion": [300.0, 306.0, 297.0, 303.0, 301.0, 304.0], "no_chunk": [255.0, 258.0, 254.0, 256.0],
-             "no_slots": [360.0, 363.0, 358.0, 361.0], "baseline": [310.0, 312.0]} | watts
+    draws = {"champion": [300.0, 306.0, 297.0, 303.0, 301.0, 304.0], "no_chunk": [255.0, 258.0, 254.0, 256.0, 257.0,
+                                                                                   255.5],
+             "no_slots": [360.0, 363.0, 358.0, 361.0, 362.0, 360.5],
+             "baseline": [310.0, 312.0, 311.0, 309.5]} | watts  # the last two: against the minimal champion
     return FakeLauncher(
         speeds={env.digest(CHAMPION): champion, env.digest(NO_CHUNK): (90.0, 900.0),
                 env.digest(NO_SLOTS): (100.0, 1000.0), "*": (90.0, 900.0)},
@@ -61,7 +65,11 @@ def test_an_energy_ranked_minimization_removes_what_costs_time_but_no_energy_and
         assert attempts["max_chunk_size"].reason == "kept: without it, measurably slower than the champion"
         assert attempts["cache_slots"].reason == "removed: without it, same as the champion"
         assert result.costs["cache_slots"].energy is None and "ranked_by" not in result.to_dict()
+        assert result.versus_baseline.faster  # the minimal champion at 100 tok/s, the baseline at 90
         return
+    # the minimal champion (without the chunk size) against the baseline: as fast, at 255 W against 310
+    assert result.versus_baseline.faster and result.versus_baseline.cost.energy[0] > 1.15
+    assert "the baseline on energy per request (less energy; " in result.versus_baseline.text()
     assert [a.name for a in result.attempts] == ["max_chunk_size", "cache_slots"]  # least energy lost first
     chunk = attempts["max_chunk_size"]
     assert chunk.accepted and chunk.cost.request[0] < 0.95 and chunk.cost.energy[0] > 1.0  # slower, fewer joules

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch.ground.model_source import materialize
+from serving.synthetic.embedded import materialize
 
 _RESOLVE = """
 import json, sys

@@ -18,11 +18,11 @@ from eval import GatePolicy
 from eval.suites import SuiteOverrides, apply_overrides, get_suite
 from eval.task_decision import TaskPolicy
 
-from .night_env import Killed, NightEnv
+from .night_env import MINIMIZING_HOURS, Killed, NightEnv
 
 SMOKE = GatePolicy(tasks=TaskPolicy(mode="smoke"))  # the tier answers every task, as the embedded default's
 HOURS = 2.0
-MINIMIZING = 2.5  # hours long enough that the policy keeps the minimization and its gates (a quarter of the night)
+MINIMIZING = MINIMIZING_HOURS
 
 
 def _night(tmp_path, small_model, monkeypatch, judgment_s: float, hours: float = HOURS) -> tuple[NightEnv, float]:
@@ -137,10 +137,10 @@ def test_a_kill_9_in_a_stage_after_the_search_then_a_resume_ends_within_the_nigh
     finalists', the judgment's and the minimization's time from the count, and the resumed night, believing it had
     them left, ran past --hours by as much. Now it is saved at every stage's start and by a ticker while a stage
     runs: a kill loses at most one tick from the count."""
-    hours = 0.5  # long enough to minimize (the policy keeps a quarter of --hours for it)
+    hours = 0.75  # long enough to minimize (the policy keeps a quarter of --hours for it)
     # the first candidate, the champion (as fast as any faster one, and first): its prefill cooldown is a passenger,
     # which the minimization removes, so the minimal champion is gated
-    env = _real_night(tmp_path, small_model, monkeypatch, hours=hours, answer_tokens=300.0, minimize_launches=1,
+    env = _real_night(tmp_path, small_model, monkeypatch, hours=hours, answer_tokens=300.0, minimize_launches=2,
                       enqueued=({"max_chunk_size": 4096, "prefill_cooldown": 3},))
     launches_in, killed = {}, []
 

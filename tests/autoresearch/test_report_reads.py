@@ -27,7 +27,7 @@ from autoresearch.report.store_read import StoreRows, study_in_memory
 from eval import EvalStore, GatePolicy
 from eval.task_decision import TaskPolicy
 
-from .night_env import NightEnv
+from .night_env import MINIMIZING_HOURS, NightEnv
 
 LEVERS = Path(__file__).parents[2] / "examples" / "real-0.5b-levers" / "results.db"
 MOST_QUERIES = 16  # one read of each store: Optuna's trials and attrs, the results tables, eval's decisions
@@ -112,7 +112,7 @@ def test_the_one_read_answers_each_section_as_the_stores_do(tmp_path):
 @pytest.mark.slow
 def test_a_run_writes_results_md_at_the_ends_of_its_stages_not_after_each_trial(tmp_path, small_model,
                                                                                 monkeypatch):
-    env = NightEnv.make(tmp_path, small_model, monkeypatch, hours=2.0,
+    env = NightEnv.make(tmp_path, small_model, monkeypatch, hours=MINIMIZING_HOURS,
                         gate_policy=GatePolicy(tasks=TaskPolicy(mode="smoke")))
     written: list[int] = []
 

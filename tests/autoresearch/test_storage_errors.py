@@ -104,9 +104,9 @@ def test_report_and_export_leave_no_copy_behind_and_name_the_users_database(tmp_
     assert main(["report", "--study", "q27-champion", "--storage", f"sqlite:///{db}", "--results-md", str(out)]) == 0
     assert main(["export", "--study", "q27-champion", "--storage", f"sqlite:///{db}",
                  "--out", str(tmp_path / "c.json")]) == 0
-    assert main(["export", "--study", "nosuch", "--storage", f"sqlite:///{db}", "--out", str(tmp_path / "d.json")]) == 1
+    assert main(["export", "--study", "nosuch", "--storage", f"sqlite:///{db}", "--out", str(tmp_path / "d.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == f"StudyError: no study 'nosuch' in sqlite:///{db}; run the loop first"
+    assert err[-1] == f"error: sqlite:///{db} holds no study 'nosuch'; it holds q27-champion"
     assert list(temp.iterdir()) == []
     beside = sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(("-shm", "-wal")))  # SQLite's own
     assert beside == ["RESULTS-pareto.png", "RESULTS.md", "c.json", "results.db", "tmp"]

@@ -16,6 +16,7 @@ import yaml
 from autoresearch.__main__ import main
 from autoresearch.measures.request_time import RequestKind, RequestMix
 
+from .test_minimal_champion import measure_the_round_it_predates
 from .test_objectives import _result
 from .test_tabbyapi_export import validate
 
@@ -32,10 +33,11 @@ def _module():
 
 
 @pytest.fixture
-def work(tmp_path):
+def work(tmp_path, monkeypatch):
     db = tmp_path / "results.db"
     shutil.copy(LEVERS, db)
     url = f"sqlite:///{db}"
+    measure_the_round_it_predates(url, monkeypatch)  # the minimal champion against the baseline: faster
     assert main(["export", "--study", "lever-study", "--storage", url, "--format", "tabbyapi",
                  "--out", str(tmp_path / "tabby-export")]) == 0
     assert main(["export", "--study", "lever-study", "--storage", url, "--out", str(tmp_path / "champion.json")]) == 0

@@ -157,8 +157,8 @@ def test_a_tabbyapi_config_whose_configuration_passed_its_gate_is_exported_sayin
     assert "has not passed" not in capsys.readouterr().err
 
 
-def test_a_written_config_with_a_key_tabbyapi_would_drop_is_refused_on_reading_it_back(tmp_path, monkeypatch, capsys):
-    """TabbyAPI ignores a key it does not declare without a word: export reads its file back and says so."""
+def _with_a_stray_key(monkeypatch) -> None:
+    """to_tabbyapi's double: a key TabbyAPI's schema does not declare (TabbyAPI would drop it without a word)."""
     import autoresearch.champion.export as export_module
     from autoresearch.champion.tabbyapi import TabbyExport
 
@@ -171,12 +171,45 @@ def test_a_written_config_with_a_key_tabbyapi_would_drop_is_refused_on_reading_i
                            env=export.env, unexpressed=export.unexpressed)
 
     monkeypatch.setattr(export_module, "to_tabbyapi", with_a_stray_key)
+
+
+def test_a_written_config_with_a_key_tabbyapi_would_drop_is_refused_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    """TabbyAPI ignores a key it does not declare without a word: export reads its file back and says so. Before:
+    the refused config.yml stayed on disk (written before it was read back)."""
+    _with_a_stray_key(monkeypatch)
     db = tmp_path / "results.db"
     shutil.copy(EXAMPLE, db)
     code = main(["export", "--study", "drafting-eos", "--storage", f"sqlite:///{db}", "--format", "tabbyapi",
                  "--out", str(tmp_path / "tabby")])
-    assert code != 0
-    assert "draft_model.hybrid_draft_tokens is not in TabbyAPI's schema" in capsys.readouterr().err
+    assert code == 1
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x]
+    assert line.startswith("StudyError: ") and "draft_model.hybrid_draft_tokens is not in TabbyAPI's schema" in line
+    assert not (tmp_path / "tabby").exists()  # no folder, no file, no temporary one
+
+
+def test_a_refused_export_leaves_the_earlier_export_whole(tmp_path, monkeypatch, capsys):
+    """Before: the refused config.yml replaced the earlier one, beside the earlier export's exl3.env."""
+    db = tmp_path / "results.db"
+    shutil.copy(EXAMPLE, db)
+    argv = ["export", "--study", "drafting-eos", "--storage", f"sqlite:///{db}", "--format", "tabbyapi",
+            "--out", str(tmp_path / "tabby")]
+    assert main(argv) == 0
+    before = {p.name: p.read_text() for p in (tmp_path / "tabby").iterdir()}
+    _with_a_stray_key(monkeypatch)
+    assert main(argv) == 1
+    assert {p.name: p.read_text() for p in (tmp_path / "tabby").iterdir()} == before
+
+
+def test_a_full_champion_export_of_a_subset_no_gate_judged_says_so_in_its_header(tmp_path, capsys):
+    """--full-champion writes the confirmed champion's subset, which no gate judged (the minimal champion's passed):
+    its header must not borrow the minimal champion's "passed". Before, no test read that line."""
+    url, _ = _with_minimization(tmp_path, gate={"passed": True, "reason": "judged as a candidate (fidelity)"})
+    assert main(["export", "--study", "drafting-eos", "--storage", url, "--format", "tabbyapi", "--full-champion",
+                 "--out", str(tmp_path / "tabby")]) == 0
+    header = (tmp_path / "tabby" / "config.yml").read_text().splitlines()[1]
+    assert header.startswith("# gate of what TabbyAPI runs (config digest ") and ": NOT JUDGED: " in header
+    assert "passed" not in header
+    assert "has not passed the gate: NOT JUDGED" in capsys.readouterr().err
 
 
 def _with_minimization(tmp_path, *, gate: dict | None) -> tuple[str, dict]:
@@ -185,7 +218,9 @@ def _with_minimization(tmp_path, *, gate: dict | None) -> tuple[str, dict]:
     import optuna
 
     from autoresearch.champion.change_costs import MINIMIZATION_ATTR
-    from autoresearch.champion.minimize import Launch, changes_of, minimize
+    from autoresearch.champion.changes import changes_of
+    from autoresearch.champion.crowned import minimized_stamp
+    from autoresearch.champion.minimize import Launch, minimize
     from autoresearch.champion.tabbyapi import expressible_subset
 
     db = tmp_path / "results.db"
@@ -207,10 +242,11 @@ def _with_minimization(tmp_path, *, gate: dict | None) -> tuple[str, dict]:
     result = minimize(champion, baseline, scripted, launches=2)
     subset = expressible_subset(result.minimal, hybrid=False)
     extra = {"gate": gate} if gate else {}
-    extra["tabbyapi_subset"] = {"digest": subset.digest, "cost": {"request": [0.99, 0.98, 1.0], "decode": [0.99, 0.98, 1.0],
-                                                                  "prefill": [1.0, 1.0, 1.0], "verdict": "same",
-                                                                  "launches": 2}}
-    study.set_user_attr(MINIMIZATION_ATTR, result.to_dict() | {"extra": extra})
+    cost = {"request": [0.99, 0.98, 1.0], "decode": [0.99, 0.98, 1.0], "prefill": [1.0, 1.0, 1.0], "verdict": "same",
+            "launches": 2}
+    extra["tabbyapi_subset"] = {"of": "minimal", "digest": subset.digest, "cost": cost}
+    stamp = minimized_stamp(study.user_attrs["champion"]["trial"], champion, study.user_attrs["champion"]["round"])
+    study.set_user_attr(MINIMIZATION_ATTR, result.to_dict() | {"extra": extra, "minimized": stamp})
     return url, result.to_dict()
 
 

@@ -64,7 +64,7 @@ def test_a_candidate_missing_one_point_is_a_completed_trial_with_a_reason(tmp_pa
     assert trial.constraints["measured"] > 0
     (reason,) = trial.user_attrs["reasons"]
     assert reason.startswith("unmeasured: decode_tok_per_s_client@128/rg-math: 0 valid of")
-    assert "completion of 3 tokens, expected 4 to 24" in reason
+    assert "completion of 3 tokens, expected exactly 4" in reason  # timed past the answer: the server stops at 3
     assert "prefill" not in reason  # the prefill point did measure
     assert "decode_tok_per_s" not in trial.user_attrs and trial.number not in {t.number for t in study.best_trials}
     (row,) = db.measurements(study=name, kind="bench", trial=trial.number)  # what was measured is kept

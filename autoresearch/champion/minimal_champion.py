@@ -34,9 +34,10 @@ from autoresearch.ground.ranked_by import ENERGY_RANKED, RANKED_BY_ATTR
 from autoresearch.ground.study import baseline_trial, model_is_hybrid
 from autoresearch.measures.faster import ENERGY, FASTER, TIME, Measure, measure_of
 from autoresearch.measures.objectives import energy_objectives, objectives_from_bench
+from autoresearch.measures.pool import baseline_payloads
 from autoresearch.measures.request_time import RequestMix
 from autoresearch.night.clock import versus_baseline_launches
-from bench import BenchError, BenchResult
+from bench import BenchError, BenchResult, mark_stalls
 from openai_client import ClientError
 from serving.config import ServingConfig
 from serving.errors import LaunchError
@@ -74,6 +75,12 @@ class _Launcher:
         except (LaunchError, BenchError, ClientError) as exc:
             log.warning("minimization launch %s failed: %s", label, exc)
             return None
+
+    def baseline_history(self, study: optuna.Study) -> list[Launch]:
+        """The baseline's launches the study stored before (its trial's, drift checks', finalists' rounds), read
+        as this minimization reads its own (a launch with a point unmeasured does not count)."""
+        return [launch for i, payload in enumerate(baseline_payloads(study, self.db, self.plan.study_name))
+                if (launch := self._launch(mark_stalls(BenchResult.from_dict(payload)), f"history/{i}")) is not None]
 
     def _launch(self, result: BenchResult, label: str) -> Launch | None:
         try:
@@ -127,13 +134,14 @@ def minimize_champion(plan: RunPlan, study: optuna.Study, db: ResultsDB, champio
         # stored before the round against the baseline existed: that round alone, its decisions kept
         done = dataclasses.replace(done, launches=done.launches + versus_baseline_launches(launches),
                                    versus_baseline=against_baseline(measure, baseline, done.minimal, launches=launches,
-                                                                    ranked=ranked))
+                                                                    ranked=ranked,
+                                                                    history=measure.baseline_history(study)))
         study.set_user_attr(MINIMIZATION_ATTR, mine | done.to_dict() | {"minimized": _stamp(study, champion, config)})
         return done
     # (a minimization stored before both TabbyAPI subsets were measured is replayed from its stored launches, and
     # measures what it lacks)
     result = minimize(config, baseline, measure, launches=launches, max_launches=plan.minimize_max_launches,
-                      ranked=ranked)
+                      ranked=ranked, baseline_history=measure.baseline_history(study))
     extra = dict(result.extra)
     if result.minimal.digest == config.digest:  # nothing removed: the confirmed champion, already gated
         extra["gate"] = {"passed": True, "reason": "the minimal champion is the confirmed champion",

@@ -33,6 +33,7 @@ class Cost:
     launches: int
     energy: tuple[float, float, float] | None = None  # E(champion) / E(without), low, high: ranked by energy only
     ranked_by: str = RANKED_BY
+    history: int = 0  # earlier launches of the reference its spread was pooled with
 
     @property
     def measure(self) -> Measure:
@@ -51,13 +52,15 @@ class Cost:
     def to_dict(self) -> dict:
         energy = {"energy": list(self.energy), "ranked_by": self.ranked_by} if self.ranked_by == ENERGY_RANKED else {}
         return {"request": list(self.request), "decode": list(self.decode), "prefill": list(self.prefill),
-                "verdict": self.verdict, "launches": self.launches} | energy
+                "verdict": self.verdict, "launches": self.launches} | energy | (
+                    {"history": self.history} if self.history else {})
 
     @classmethod
     def from_dict(cls, d: dict) -> Cost:
         return cls(request=tuple(d["request"]), decode=tuple(d["decode"]), prefill=tuple(d["prefill"]),
                    verdict=d["verdict"], launches=d["launches"],
-                   energy=tuple(d["energy"]) if d.get("energy") else None, ranked_by=d.get("ranked_by", RANKED_BY))
+                   energy=tuple(d["energy"]) if d.get("energy") else None, ranked_by=d.get("ranked_by", RANKED_BY),
+                   history=d.get("history", 0))
 
 
 @dataclass(frozen=True)
@@ -99,9 +102,10 @@ class BaselineCheck:
             return f"not measured against the baseline: {self.reason}"
         c = self.cost
         r, lo, hi = c.ranked
+        pooled = f", the spread pooled with the baseline's {c.history} earlier launches" if c.history else ""
         return (f"{r:.3f}x {interval_text(lo, hi)} the baseline on {c.measure.name} ({c.measure.words(c.verdict)}; "
                 f"decode {c.decode[0]:.3f}x, prefill {c.prefill[0]:.3f}x; {c.launches} fresh launches each, "
-                "interleaved)")
+                f"interleaved{pooled})")
 
     def to_dict(self) -> dict:
         return {"cost": self.cost.to_dict() if self.cost else None, "reason": self.reason}

@@ -111,7 +111,7 @@ def judge(champion: Sequence[Launch], candidate: Sequence[Launch], rule: Verdict
                          rule=rule, measure=ENERGY) if by_energy else None
     return Cost(request=speed.interval, decode=points["decode"], prefill=points["prefill"],
                 verdict=(energy or speed).verdict, launches=len(candidate),
-                energy=energy.interval if energy else None, ranked_by=ranked.ranked_by)
+                energy=energy.interval if energy else None, ranked_by=ranked.ranked_by, history=len(history))
 
 
 def decision(cost: Cost) -> str:
@@ -155,10 +155,12 @@ def _unmeasured(why: list[str]) -> str:
 
 
 def minimize(champion: ServingConfig, baseline: ServingConfig, measure: LaunchMeasure, *, launches: int = 2,
-             max_launches: int | None = None, rule: VerdictRule = RULE, ranked: Measure = TIME) -> Minimization:
+             max_launches: int | None = None, rule: VerdictRule = RULE, ranked: Measure = TIME,
+             baseline_history: Sequence[Launch] = ()) -> Minimization:
     """Remove the champion's changes, cheapest first, while the result is not measurably slower on request time
     (`ranked=ENERGY`: while it uses no measurably more energy per request); then judge the minimal champion
-    against the baseline (`versus_baseline`), where it differs from the champion.
+    against the baseline (`versus_baseline`), where it differs from the champion, its spread pooled with
+    `baseline_history` (the baseline's earlier launches in the study).
 
     `measure(config, label)` launches `config` fresh and measures it (None when that launch failed);
     labels are unique within one minimization, so a resumed run can answer from stored launches.
@@ -232,7 +234,8 @@ def minimize(champion: ServingConfig, baseline: ServingConfig, measure: LaunchMe
             current = candidate
             present -= set(removed)
     kept = tuple(c.name for c in changes if c.name in present)
-    versus = against_baseline(counted, baseline, current, launches=launches, rule=rule, ranked=ranked) \
+    versus = against_baseline(counted, baseline, current, launches=launches, rule=rule, ranked=ranked,
+                              history=baseline_history) \
         if current.digest != champion.digest else None
     log.info("minimized %d changes to %d in %d launches (bound %d)%s%s", len(changes), len(kept), made, bound,
              "" if complete else ": stopped at the bound", f"; against the baseline: {versus.text()}" if versus else "")
@@ -242,11 +245,13 @@ def minimize(champion: ServingConfig, baseline: ServingConfig, measure: LaunchMe
 
 
 def against_baseline(measure: LaunchMeasure, baseline: ServingConfig, minimal: ServingConfig, *, launches: int,
-                     rule: VerdictRule = RULE, ranked: Measure = TIME) -> BaselineCheck:
+                     rule: VerdictRule = RULE, ranked: Measure = TIME,
+                     history: Sequence[Launch] = ()) -> BaselineCheck:
     """The minimal champion against the baseline: `launches` fresh launches of each, interleaved (labelled
     `baseline/baseline|minimal/<launch>`), judged by the rule that decides "faster" with the baseline as the
-    reference (the spread from these launches: two a side show only a large gain, so a minimal champion not shown
-    faster leaves the confirmed champion in place)."""
+    reference. The spread is pooled from these launches and `history`, the baseline's earlier launches in the
+    study (as the finalists' verdict pools it); two launches a side with no history show only a large gain, and a
+    minimal champion not shown faster leaves the confirmed champion in place."""
     try:
         base, runs, why = _round(measure, baseline, [("minimal", minimal)], launches, "baseline", ranked,
                                  reference="baseline")
@@ -255,4 +260,5 @@ def against_baseline(measure: LaunchMeasure, baseline: ServingConfig, minimal: S
     if not runs["minimal"]:
         return BaselineCheck(cost=None, reason="no launch of the minimal champion was measured"
                              + _unmeasured(why["minimal"]))
-    return BaselineCheck(cost=judge(base, runs["minimal"], rule, ranked, claim=FASTER))
+    past = [x for x in history if x.missing(ranked) is None]
+    return BaselineCheck(cost=judge(base, runs["minimal"], rule, ranked, claim=FASTER, history=past))

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from autoresearch.champion.changes import changes_of, without
-from autoresearch.champion.minimization import Minimization
-from autoresearch.champion.minimize import Launch, MinimizeError, launch_bound, minimize
+from autoresearch.champion.minimization import BaselineCheck, Minimization
+from autoresearch.champion.minimize import Launch, MinimizeError, against_baseline, launch_bound, minimize
 from serving.config import ServingConfig
 
 BASELINE = ServingConfig.from_dict({"engine": "exllamav3"})
@@ -127,6 +127,34 @@ def test_removals_each_inside_the_noise_that_add_up_to_the_speed_up_leave_a_mini
     assert result.kept == () and result.minimal == BASELINE  # so the removal went out as "same"
     assert result.versus_baseline is not None and not result.versus_baseline.faster
     assert "not shown faster" in result.versus_baseline.text()
+
+
+def _baseline_history(spread: float, n: int = 6) -> list[Launch]:
+    """Earlier launches of the baseline (its trial's, drift checks', finalists'), `spread` apart in turn."""
+    times = [1.0 * (1 + spread * (-1) ** k) for k in range(n)]
+    return [Launch(request_time_s=t, decode_tok_per_s=100 / t, prefill_tok_per_s=1000.0) for t in times]
+
+
+def test_the_baselines_earlier_launches_pool_the_spread_of_the_round_against_it():
+    """A minimal champion 6.4% faster, its round's launches 3% apart: two a side alone cannot show it; pooled with the
+    baseline's six earlier launches 1% apart (as the finalists' verdict pools them) they can. A baseline whose
+    earlier launches drifted 10% apart widens the interval instead: the history is the baseline's own noise, never a
+    licence to crown."""
+    champion = ServingConfig.from_dict({"engine": "exllamav3", "args": {"max_chunk_size": 4096}})
+
+    def scripted(config, label):  # a test double for fresh launches: 6% faster, launches 3% apart
+        t = (0.94 if config.args.max_chunk_size == 4096 else 1.0) * (1.0, 1.03)[int(label.rsplit("/", 1)[-1])]
+        return Launch(request_time_s=t, decode_tok_per_s=100 / t, prefill_tok_per_s=1000.0)
+
+    def versus(history):
+        return against_baseline(scripted, BASELINE, champion, launches=2, history=history)
+
+    alone, steady, drifting = versus(()), versus(_baseline_history(0.01)), versus(_baseline_history(0.10))
+    assert not alone.faster and alone.cost.history == 0
+    assert steady.faster and steady.cost.history == 6 and "pooled with the baseline's 6 earlier launches" in steady.text()
+    assert steady.cost.request[0] == alone.cost.request[0]  # the history moves the spread, never the ratio
+    assert not drifting.faster and drifting.cost.request[1] < alone.cost.request[1]
+    assert BaselineCheck.from_dict(steady.to_dict()) == steady  # the history's count is stored with the verdict
 
 
 def test_nothing_removed_needs_no_round_against_the_baseline():

@@ -26,7 +26,9 @@ NO_SLOTS = {"max_chunk_size": 4096}  # without cache_slots: as fast, 20% more po
 def _study(tmp_path, small_model, rank_by: str) -> tuple[StageEnv, Champion]:
     env = StageEnv.make(tmp_path, small_model)
     settle_ranked_by(env.study, rank_by, new=True)
-    env.baseline_done()  # the workload's requests come from the baseline's bench record
+    # the workload's requests come from the baseline's bench record; it read what its fresh launches read (the
+    # launcher's "*"): the round against the baseline pools its spread with it
+    env.baseline_done(values=(90.0, 900.0))
     config = config_from_params(env.space, env.params(CHAMPION))
     number = env.add_trial(CHAMPION, (100.0, 1000.0))
     champion = Champion(trial=number, config=config.to_dict(), decode_tok_per_s=100.0, prefill_tok_per_s=1000.0,

@@ -258,7 +258,9 @@ def test_decoding_until_eos_times_the_models_own_answers_and_never_sends_ignore_
     (point,) = fixed.decode
     assert {r.completion_tokens for r in point.valid_runs} == {24}
     # its warm-ups ran to the model's end of sequence: the record says the runs went on past the answer
-    assert set(point.answer_tokens) == {12} and len(point.answer_tokens) == len(point.warmups)
+    # (a run set aside as a warm-up after all, when its point still trended, was sent as a run: past the answer)
+    assert set(point.answer_tokens) == {12}
+    assert len(point.answer_tokens) == sum(r.spec.purpose == "warmup" for r in point.warmups)
     assert point.runs_pass_the_answer and fixed.answers() == {"answer_tokens@512/math": 12}
     console = Console(record=True, width=200)
     render(fixed, console)
